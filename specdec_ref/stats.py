@@ -1,0 +1,116 @@
+"""Statistical tests that turn "the output is distributed as the target" into a p-value.
+
+All functions take plain counts and probabilities, so the same tests judge our sampler,
+a reader's exercise, and deliberately broken samplers.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from typing import Hashable, Iterable, Mapping
+
+import numpy as np
+from scipy import stats as _scipy_stats
+
+ALPHA = 0.001  # default significance level: a correct sampler fails a given test 1 time in 1000
+
+
+@dataclass
+class TestResult:
+    statistic: float  # chi-square statistic
+    dof: int  # degrees of freedom after pooling
+    p_value: float
+    n: int  # sample size
+    bins: int  # bins after pooling
+
+    def rejects(self, alpha: float = ALPHA) -> bool:
+        return self.p_value < alpha
+
+    def __str__(self) -> str:
+        return f"chi2={self.statistic:.2f}, dof={self.dof}, n={self.n}, p={self.p_value:.3g}"
+
+
+def _pool(expected: np.ndarray, observed: np.ndarray, min_expected: float) -> tuple[np.ndarray, np.ndarray]:
+    """Merge the bins whose expected count is below min_expected into one 'other' bin (rarest first)."""
+    order = np.argsort(expected)
+    small = order[expected[order] < min_expected]
+    keep = np.setdiff1d(np.arange(len(expected)), small)
+    e, o = list(expected[keep]), list(observed[keep])
+    if len(small):
+        e.append(expected[small].sum())
+        o.append(observed[small].sum())
+        if e[-1] < min_expected and len(e) > 1:  # the pooled bin itself is still small: fold it into the smallest kept bin
+            j = int(np.argmin(e[:-1]))
+            e[j] += e.pop()
+            o[j] += o.pop()
+    return np.array(e), np.array(o)
+
+
+def chi_square_gof(counts: Mapping[Hashable, int], probs: Mapping[Hashable, float],
+                   min_expected: float = 5.0) -> TestResult:
+    """Goodness of fit of observed counts to exact probabilities, pooling bins with expected count < min_expected.
+
+    A sample outside the support of `probs` (probability 0) makes the p-value 0: it is impossible under the null.
+    """
+    n = int(sum(counts.values()))
+    if n == 0:
+        raise ValueError("no samples to test")
+    if any(probs.get(k, 0.0) <= 0 for k, c in counts.items() if c > 0):
+        return TestResult(float("inf"), 0, 0.0, n, 0)
+    keys = [k for k in probs if probs[k] > 0]
+    p = np.array([probs[k] for k in keys], dtype=float)
+    p = p / p.sum()
+    e, o = _pool(n * p, np.array([counts.get(k, 0) for k in keys], dtype=float), min_expected)
+    if len(e) < 2:
+        return TestResult(0.0, 0, 1.0, n, len(e))
+    stat = float(((o - e) ** 2 / e).sum())
+    dof = len(e) - 1
+    return TestResult(stat, dof, float(_scipy_stats.chi2.sf(stat, dof)), n, len(e))
+
+
+def two_sample_chi_square(a: Iterable[Hashable], b: Iterable[Hashable], min_expected: float = 5.0) -> TestResult:
+    """Do two samples come from the same distribution? A 2 x K contingency test with rare categories pooled."""
+    ca, cb = Counter(a), Counter(b)
+    na, nb = sum(ca.values()), sum(cb.values())
+    if na == 0 or nb == 0:
+        raise ValueError("both samples must be non-empty")
+    keys = sorted(set(ca) | set(cb), key=lambda k: -(ca[k] + cb[k]))
+    total = np.array([ca[k] + cb[k] for k in keys], dtype=float)
+    obs_a = np.array([ca[k] for k in keys], dtype=float)
+    # pool on the expected count of the smaller sample, so every cell of the table is large enough
+    frac = min(na, nb) / (na + nb)
+    e_small, o_a = _pool(total * frac, obs_a, min_expected)
+    tot = e_small / frac
+    if len(tot) < 2:
+        return TestResult(0.0, 0, 1.0, na + nb, len(tot))
+    table = np.stack([o_a, tot - o_a])
+    stat, p, dof, _ = _scipy_stats.chi2_contingency(table, correction=False)
+    return TestResult(float(stat), int(dof), float(p), na + nb, len(tot))
+
+
+def tv_distance(counts: Mapping[Hashable, int], probs: Mapping[Hashable, float]) -> float:
+    """Total-variation distance between the empirical distribution of counts and probs."""
+    n = sum(counts.values())
+    keys = set(counts) | set(probs)
+    return 0.5 * sum(abs(counts.get(k, 0) / n - probs.get(k, 0.0)) for k in keys)
+
+
+def tv_upper_bound(counts: Mapping[Hashable, int], probs: Mapping[Hashable, float], delta: float = 0.05,
+                   max_bins: int = 64) -> float:
+    """With confidence 1 - delta, TV(sampler, probs) is at most this.
+
+    Uses the L1 deviation bound of Weissman et al. (2003): P(|p_hat - p|_1 >= eps) <= (2^K - 2) exp(-n eps^2 / 2),
+    on K bins (the max_bins - 1 likeliest outcomes of probs, plus one bin for the rest). Merging bins can only
+    shrink TV, so this bounds the distance visible at the resolution of those K bins (all of it when probs
+    has at most max_bins - 1 outcomes).
+    """
+    n = sum(counts.values())
+    top = sorted(probs, key=probs.get, reverse=True)[: max_bins - 1]
+    merged_c = {k: counts.get(k, 0) for k in top}
+    merged_p = {k: probs[k] for k in top}
+    merged_c["rest"] = n - sum(merged_c.values())
+    merged_p["rest"] = max(0.0, 1.0 - sum(merged_p.values()))
+    K = len(merged_p)
+    eps = math.sqrt(2.0 / n * (K * math.log(2) + math.log(1 / delta)))
+    return min(1.0, tv_distance(merged_c, merged_p) + eps / 2)
