@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
@@ -24,6 +25,21 @@ class Stats:
     def acceptance_rate(self) -> float:
         """Fraction of drafted tokens that were accepted (nan if nothing was drafted)."""
         return sum(self.accepted) / sum(self.drafted) if sum(self.drafted) else float("nan")
+
+
+@dataclass
+class Step:
+    """Everything one draft/verify iteration saw and did (passed to `on_step`, for chapters and debugging)."""
+    context_len: int  # tokens in the sequence before this iteration
+    draft_tokens: torch.Tensor  # [γ] proposed tokens
+    draft_probs: torch.Tensor  # [γ, V] distributions they were sampled from
+    target_probs: torch.Tensor  # [γ+1, V] the target's distributions at the same positions
+    n_accepted: int  # length of the accepted prefix
+    next_token: int  # the replacement (if n_accepted < γ) or bonus token (if n_accepted == γ)
+    target_cache_before: int  # tokens in the target's KV cache after scoring, before rollback
+    target_cache_after: int  # ... after rollback
+    draft_cache_before: int  # tokens in the draft's KV cache after drafting (0 for a drafter without one)
+    draft_cache_after: int
 
 
 @dataclass
@@ -97,6 +113,11 @@ def autoregressive_generate(model, input_ids: torch.Tensor, max_new_tokens: int,
     return Generation(new, stats)
 
 
+def _cache_len(drafter) -> int:
+    lm = getattr(drafter, "lm", None)
+    return lm.n_cached if isinstance(lm, CachedModel) else 0
+
+
 def as_drafter(draft) -> Drafter:
     """A Hugging Face model becomes a ModelDrafter; anything with propose/rollback is used as it is."""
     return draft if isinstance(draft, Drafter) else ModelDrafter(draft)
@@ -105,7 +126,7 @@ def as_drafter(draft) -> Drafter:
 @torch.inference_mode()
 def speculative_generate(target, draft, input_ids: torch.Tensor, max_new_tokens: int, gamma: int = 4,
                          sampling: SamplingConfig = SamplingConfig(), generator: torch.Generator | None = None,
-                         eos_token_id: int | None = None) -> Generation:
+                         eos_token_id: int | None = None, on_step: Callable[[Step], None] | None = None) -> Generation:
     """Draft γ tokens cheaply, score them with one target pass, keep an exact prefix, repeat."""
     check_inputs(target, input_ids, max_new_tokens, sampling, "target")
     if not isinstance(gamma, int) or gamma < 1:
@@ -131,9 +152,13 @@ def speculative_generate(target, draft, input_ids: torch.Tensor, max_new_tokens:
         # 3. keep an exact prefix of the draft, plus one replacement or bonus token
         n, next_token = verify(draft_tokens, draft_probs.to(target_probs.dtype), target_probs, generator)
         # 4. append, and roll both caches back to the tokens that survived
+        cache_before = target_lm.n_cached, _cache_len(drafter)
         tokens = torch.cat([tokens, draft_tokens[:n], next_token])
         target_lm.rollback(tokens.shape[0] - 1)
         drafter.rollback(tokens.shape[0] - 1)
+        if on_step is not None:
+            on_step(Step(tokens.shape[0] - n - 1, draft_tokens, draft_probs, target_probs, n, int(next_token),
+                         cache_before[0], target_lm.n_cached, cache_before[1], _cache_len(drafter)))
         stats.accepted.append(n)
         stats.drafted.append(g)
         new, done = _finish(tokens, n_prompt, max_new_tokens, eos_token_id)

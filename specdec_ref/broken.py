@@ -1,0 +1,88 @@
+"""Deliberately wrong samplers, kept so that the tests (and chapter 3) can show they have power.
+
+Each one is a small, plausible-looking mistake. A statistical test that cannot tell these
+apart from `verify` proves nothing about `verify`.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Callable
+
+import torch
+
+from .sampling import SamplingConfig, logits_to_probs, sample
+from .verify import residual
+
+
+def verify_without_residual(draft_tokens, draft_probs, target_probs, generator=None):
+    """Bug: after a rejection, resample from p_target instead of the residual (double-counts accepted mass)."""
+    for i in range(draft_tokens.shape[0]):
+        x = draft_tokens[i]
+        u = torch.rand((), generator=generator, dtype=target_probs.dtype)
+        if u * draft_probs[i, x] < target_probs[i, x]:
+            continue
+        return i, sample(target_probs[i], generator)
+    return draft_tokens.shape[0], sample(target_probs[-1], generator)
+
+
+def verify_argmax(draft_tokens, draft_probs, target_probs, generator=None):
+    """Bug: accept a sampled draft token only if it is the target's argmax, else take the argmax.
+
+    Correct for greedy decoding; wrong for sampling (it collapses the output towards the mode).
+    """
+    for i in range(draft_tokens.shape[0]):
+        best = target_probs[i].argmax()
+        if draft_tokens[i] != best:
+            return i, best[None]
+    return draft_tokens.shape[0], sample(target_probs[-1], generator)
+
+
+def verify_target_off_by_one(draft_tokens, draft_probs, target_probs, generator=None):
+    """Bug: compare draft token i with the target row i + 1 (the distribution one position too late)."""
+    shifted = torch.cat([target_probs[1:], target_probs[-1:]])  # [γ+1, V], rows moved up by one
+    for i in range(draft_tokens.shape[0]):
+        x = draft_tokens[i]
+        u = torch.rand((), generator=generator, dtype=target_probs.dtype)
+        if u * draft_probs[i, x] < shifted[i, x]:
+            continue
+        return i, sample(residual(shifted[i], draft_probs[i]), generator)
+    return draft_tokens.shape[0], sample(target_probs[-1], generator)
+
+
+class DraftProcessedDifferently:
+    """Bug: the draft samples from one processing of its logits, but verify is told another.
+
+    Wraps a ModelDrafter-like drafter: it proposes with `actual` sampling (e.g. temperature 1, no top-p)
+    while the loop believes the draft used the same SamplingConfig as the target.
+    """
+
+    def __init__(self, drafter, actual: SamplingConfig):
+        self.drafter, self.actual = drafter, actual
+        self.vocab_size = drafter.vocab_size
+
+    @property
+    def calls(self):
+        return self.drafter.calls
+
+    def propose(self, context_ids, gamma, sampling, generator=None):
+        tokens, _ = self.drafter.propose(context_ids, gamma, self.actual, generator)
+        if gamma == 0:
+            return tokens, _
+        # recompute the probabilities the loop will see with the *loop's* config: the mismatch is the bug
+        logits = self.drafter.lm.model(input_ids=torch.cat([context_ids, tokens])[None]).logits[0]
+        return tokens, logits_to_probs(logits[-gamma - 1:-1], sampling)
+
+    def rollback(self, n_tokens):
+        self.drafter.rollback(n_tokens)
+
+
+@contextlib.contextmanager
+def using_verify(fn: Callable):
+    """Run `speculative_generate` with a different verify function inside the block (tests and chapter 3 only)."""
+    from . import generate
+    original = generate.verify
+    generate.verify = fn
+    try:
+        yield
+    finally:
+        generate.verify = original
