@@ -114,3 +114,67 @@ def tv_upper_bound(counts: Mapping[Hashable, int], probs: Mapping[Hashable, floa
     K = len(merged_p)
     eps = math.sqrt(2.0 / n * (K * math.log(2) + math.log(1 / delta)))
     return min(1.0, tv_distance(merged_c, merged_p) + eps / 2)
+
+
+# ----------------------------------------------------------------------------------------------
+# Drawing the samples these tests judge (chapters 2-3 and the exercise checkers)
+# ----------------------------------------------------------------------------------------------
+
+def probs_to_dict(probs, min_prob: float = 0.0) -> dict[int, float]:
+    """A probability vector [V] as {token id: probability}, keeping entries above min_prob."""
+    p = np.asarray(probs.detach().cpu().double() if hasattr(probs, "detach") else probs, dtype=float)
+    return {int(i): float(p[i]) for i in np.flatnonzero(p > min_prob)}
+
+
+def emitted_token_counts(verify_fn, target_probs, draft_probs, n: int, generator=None) -> Counter:
+    """Monte Carlo of one position: draw x ~ p_draft, run verify_fn with γ = 1, count the token it emits.
+
+    The emitted token is x when it is accepted, else the replacement verify_fn returns; with a correct
+    verify its distribution is target_probs, whatever draft_probs is.
+    """
+    import torch
+
+    if target_probs.shape != draft_probs.shape or target_probs.dim() != 1:
+        raise ValueError(f"need two probability vectors of the same length [V], got {tuple(target_probs.shape)} "
+                         f"and {tuple(draft_probs.shape)}")
+    xs = torch.multinomial(draft_probs, n, replacement=True, generator=generator)  # [n] draft proposals
+    target_rows = torch.stack([target_probs, target_probs])  # [γ+1 = 2, V]; the bonus row is never used here
+    counts: Counter = Counter()
+    for x in xs:
+        n_accepted, next_token = verify_fn(x[None], draft_probs[None], target_rows, generator)
+        counts[int(x) if n_accepted == 1 else int(next_token)] += 1
+    return counts
+
+
+def speculative_sequence_counts(target, draft, prompt: list[int], n_tokens: int, gamma: int, sampling, n: int,
+                                generator=None) -> Counter:
+    """Counts of the first n_tokens of n speculative generations from the same prompt."""
+    import torch
+
+    from .generate import speculative_generate
+    ids = torch.tensor([prompt])
+    return Counter(tuple(speculative_generate(target, draft, ids, n_tokens, gamma=gamma, sampling=sampling,
+                                              generator=generator).tokens.tolist()) for _ in range(n))
+
+
+def target_sequence_counts(model, prompt: list[int], n_tokens: int, sampling, n: int, generator=None) -> Counter:
+    """Plain (ancestral) sampling of n continuations of n_tokens from the target alone.
+
+    One forward pass per distinct prefix, memoised, so low-entropy prompts are cheap. No KV cache and no
+    speculative code path: an independent reference for the two-sample test.
+    """
+    import torch
+
+    from .sampling import logits_to_probs, sample
+    memo: dict[tuple[int, ...], torch.Tensor] = {}
+    counts: Counter = Counter()
+    with torch.inference_mode():
+        for _ in range(n):
+            seq: tuple[int, ...] = ()
+            for _ in range(n_tokens):
+                if seq not in memo:
+                    ids = torch.tensor([prompt + list(seq)], device=model.device)
+                    memo[seq] = logits_to_probs(model(input_ids=ids).logits[0, -1], sampling)  # [V]
+                seq += (int(sample(memo[seq], generator)),)
+            counts[seq] += 1
+    return counts

@@ -1,0 +1,94 @@
+"""Checkers for chapter 2, "Draft and verify".
+
+Each `check_*` prints what it verified, or raises AssertionError with a hint. A function that still
+raises NotImplementedError is reported as "not attempted yet" instead of failing.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ..broken import using_verify
+from ..sampling import SamplingConfig, logits_to_probs
+from ..stats import ALPHA, chi_square_gof, emitted_token_counts
+from ..verify import verify
+from .ch3 import _attempted, random_pairs, toy_exactness_test
+
+GREEDY = SamplingConfig(temperature=0)
+
+
+def greedy_cases(n: int = 300, vocab: int = 10, seed: int = 0):
+    """(draft_tokens [γ], target_logits [γ+1, V]) with drafts that match the target's argmax for a random prefix."""
+    g = torch.Generator().manual_seed(seed)
+    for i in range(n):
+        gamma = int(torch.randint(1, 6, (), generator=g))
+        logits = torch.randn(gamma + 1, vocab, generator=g)
+        if i % 7 == 0:
+            logits[:, :3] = logits.max()  # ties: the first index of the maximum wins, as in logits_to_probs
+        best = logits.argmax(-1)  # [γ+1]
+        n_match = int(torch.randint(0, gamma + 1, (), generator=g))
+        draft = best[:gamma].clone()
+        if n_match < gamma:
+            draft[n_match] = (best[n_match] + 1 + int(torch.randint(0, vocab - 1, (), generator=g))) % vocab
+            draft[n_match + 1:] = torch.randint(0, vocab, (gamma - n_match - 1,), generator=g)
+        yield draft, logits
+
+
+def check_greedy_verify(fn: Callable) -> None:
+    """fn(draft_tokens [γ], target_logits [γ+1, V]) -> (n_accepted, next_token)."""
+    d0, l0 = next(greedy_cases(1))
+    if not _attempted(fn, d0, l0):
+        return
+    for draft, logits in greedy_cases():
+        target_probs = logits_to_probs(logits, GREEDY)  # one-hot rows
+        draft_probs = torch.nn.functional.one_hot(draft, logits.shape[-1]).to(target_probs.dtype)  # a greedy draft
+        want_n, want_next = verify(draft, draft_probs, target_probs)
+        got_n, got_next = fn(draft, logits)
+        assert int(got_n) == want_n, (
+            f"draft {draft.tolist()} vs target argmax {logits.argmax(-1).tolist()}: {want_n} tokens should be "
+            f"accepted, you accepted {int(got_n)}. Hint: stop at the first draft token that is not the argmax.")
+        assert int(torch.as_tensor(got_next).reshape(-1)[0]) == int(want_next), (
+            f"draft {draft.tolist()} vs target argmax {logits.argmax(-1).tolist()}: the next token should be "
+            f"{int(want_next)} (the argmax at position {want_n}), you returned {got_next}.")
+    print("Passed: your greedy verify agrees with specdec_ref.verify on 300 random cases "
+          "(every accepted length 0..γ, ties included).")
+
+
+def check_fixed_verify(fn: Callable, n_single: int = 6000, n_sequences: int = 1500) -> None:
+    """fn has verify's signature. It must be exact for sampling: one position by Monte Carlo, then
+    whole sequences on the toy pair, each with a chi-square test at level ALPHA."""
+    p0, q0 = next(random_pairs(1))
+    if not _attempted(fn, torch.tensor([0]), q0[None], torch.stack([p0, p0])):
+        return
+    p, q = next(random_pairs(1, seed=5))
+    counts = emitted_token_counts(fn, p, q, n_single, torch.Generator().manual_seed(0))
+    one = chi_square_gof(counts, {i: float(v) for i, v in enumerate(p)})
+    print(f"One position, {n_single} draws, chi-square against p_target: {one}, α = {ALPHA}")
+    assert not one.rejects(ALPHA), "the first emitted token is not distributed as p_target"
+    with using_verify(fn):
+        seq = toy_exactness_test(n_sequences, gamma=3)
+    print(f"Three-token sequences on the toy pair (γ = 3): {seq}, α = {ALPHA}")
+    assert not seq.rejects(ALPHA), "whole sequences are not distributed as the target's"
+    print("Passed: neither test can tell your verify from sampling the target.")
+
+
+def cache_lengths(context_len: int, gamma: int, n_accepted: int) -> tuple[int, int, int, int]:
+    """(target before rollback, target after, draft before, draft after) for one iteration of the loop."""
+    if not 0 <= n_accepted <= gamma:
+        raise ValueError(f"n_accepted must be in [0, γ = {gamma}], got {n_accepted}")
+    kept = context_len + n_accepted  # the sequence grows to kept + 1; the newest token is not cached yet
+    return context_len + gamma, kept, context_len + gamma - 1, kept
+
+
+def check_cache_lengths(context_len: int, gamma: int, n_accepted: int, answer) -> None:
+    """answer = (target before rollback, target after, draft before, draft after)."""
+    if answer is None or answer is NotImplemented:
+        print("Not attempted yet: set `answer` to a tuple of four integers.")
+        return
+    truth = cache_lengths(context_len, gamma, n_accepted)
+    names = ["target before rollback", "target after rollback", "draft before rollback", "draft after rollback"]
+    wrong = [f"{nm}: you said {a}, it is {t}" for nm, a, t in zip(names, answer, truth) if int(a) != t]
+    assert not wrong, ("\n".join(wrong) + "\nHint: the draft never runs on its own last proposal; after the step "
+                       "neither cache holds the token that was just emitted.")
+    print(f"Correct: {dict(zip(names, truth))}")
