@@ -130,14 +130,21 @@ def measure_bandwidth(n_bytes: int = 2**28, device: torch.device | str | None = 
 
 @torch.inference_mode()
 def measure_matmul(n: int = 1024, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None,
-                   warmup: int = 2, repeats: int = 10) -> Rate:
-    """Achieved matmul throughput in FLOP/s for an [n, n] @ [n, n] product (2 n^3 FLOPs) at `dtype`."""
+                   warmup: int = 2, repeats: int = 10, rows: int | None = None, cols: int | None = None) -> Rate:
+    """Achieved FLOP/s of x [rows, n] times a weight [cols, n], as nn.Linear computes it (2 rows n cols FLOPs).
+
+    rows and cols default to n: a square product, the best case and the roofline's flat ceiling.
+    A pass over k tokens multiplies k rows by each weight matrix: rows=k, n and cols from the model.
+    """
+    rows, cols = (n if rows is None else rows), (n if cols is None else cols)
+    if min(rows, n, cols) < 1:
+        raise ValueError(f"need rows, n, cols >= 1, got rows={rows}, n={n}, cols={cols}")
     device = torch.device(device) if device is not None else default_device()
     g = torch.Generator(device="cpu").manual_seed(0)
-    a = torch.randn(n, n, generator=g).to(device=device, dtype=dtype)  # [n, n]
-    b = torch.randn(n, n, generator=g).to(device=device, dtype=dtype)  # [n, n]
-    timing = time_fn(lambda: a @ b, device, warmup, repeats)  # [n, n] @ [n, n] -> [n, n]
-    return Rate([2 * n**3 / t for t in timing.times], "FLOP/s")
+    x = torch.randn(rows, n, generator=g).to(device=device, dtype=dtype)  # [rows, n]
+    w = torch.randn(cols, n, generator=g).to(device=device, dtype=dtype)  # [cols, n]
+    timing = time_fn(lambda: nn.functional.linear(x, w), device, warmup, repeats)  # [rows, n] -> [rows, cols]
+    return Rate([2 * rows * n * cols / t for t in timing.times], "FLOP/s")
 
 
 # ---------------------------------------------------------------------------------------------

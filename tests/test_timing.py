@@ -60,6 +60,13 @@ def test_matmul_throughput_is_positive_flops_at_the_asked_dtype(dtype):
     assert rate.unit == "FLOP/s" and len(rate.values) == 3 and rate.median > 1e6
 
 
+def test_skinny_matmul_counts_two_flops_per_row_per_weight(monkeypatch):
+    monkeypatch.setattr(T, "time_fn", lambda fn, device, warmup, repeats: T.Timing([1.0] * repeats))
+    assert T.measure_matmul(n=64, rows=3, device="cpu", repeats=2).values == [2 * 3 * 64 * 64] * 2
+    assert T.measure_matmul(n=64, rows=3, cols=10, device="cpu", repeats=1).values == [2 * 3 * 64 * 10]
+    assert T.measure_matmul(n=64, device="cpu", repeats=1).values == [2 * 64**3]
+
+
 # --- accounting -----------------------------------------------------------------------------
 
 def test_tied_embedding_is_counted_once_and_read_in_full_by_the_head():
