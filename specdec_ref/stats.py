@@ -157,24 +157,46 @@ def speculative_sequence_counts(target, draft, prompt: list[int], n_tokens: int,
                                               generator=generator).tokens.tolist()) for _ in range(n))
 
 
-def target_sequence_counts(model, prompt: list[int], n_tokens: int, sampling, n: int, generator=None) -> Counter:
+def target_sequence_counts(model, prompt: list[int], n_tokens: int, sampling, n: int, generator=None,
+                           batch_size: int = 16) -> Counter:
     """Plain (ancestral) sampling of n continuations of n_tokens from the target alone.
 
-    One forward pass per distinct prefix, memoised, so low-entropy prompts are cheap. No KV cache and no
-    speculative code path: an independent reference for the two-sample test.
+    Breadth first: all n samples draw their first token from one distribution; then every distinct
+    prefix is scored (batched, no KV cache, no speculative code path) and each draws its next token as
+    often as it occurs. An independent and cheap reference for the two-sample test.
     """
     import torch
 
-    from .sampling import logits_to_probs, sample
-    memo: dict[tuple[int, ...], torch.Tensor] = {}
-    counts: Counter = Counter()
+    from .sampling import logits_to_probs
+    groups: Counter = Counter({(): n})  # prefix -> number of samples that share it
+    device = next(model.parameters()).device
     with torch.inference_mode():
-        for _ in range(n):
-            seq: tuple[int, ...] = ()
-            for _ in range(n_tokens):
-                if seq not in memo:
-                    ids = torch.tensor([prompt + list(seq)], device=model.device)
-                    memo[seq] = logits_to_probs(model(input_ids=ids).logits[0, -1], sampling)  # [V]
-                seq += (int(sample(memo[seq], generator)),)
-            counts[seq] += 1
-    return counts
+        for _ in range(n_tokens):
+            prefixes, grown = list(groups), Counter()
+            for start in range(0, len(prefixes), batch_size):
+                chunk = prefixes[start:start + batch_size]
+                ids = torch.tensor([prompt + list(p) for p in chunk], device=device)  # [m, T + d], equal lengths
+                probs = logits_to_probs(model(input_ids=ids).logits[:, -1], sampling)  # [m, V]
+                for prefix, row in zip(chunk, probs):
+                    for t in torch.multinomial(row, groups[prefix], replacement=True, generator=generator).tolist():
+                        grown[prefix + (t,)] += 1
+            groups = grown
+    return groups
+
+
+def emitted_distribution(target_probs, draft_probs, sampled_from=None, resample_from=None):  # [V] x2 -> [V]
+    """The exact distribution of the token one step of the accept/reject rule emits (γ = 1).
+
+    P(x) = s(x) * min(1, p_target(x) / p_draft(x)) + P(reject) * r(x), where s (`sampled_from`) is what the
+    draft really sampled from (default: draft_probs) and r (`resample_from`) what a rejection draws from
+    (default: the residual). With both defaults this is exactly target_probs; the options describe bugs.
+    """
+    import torch
+
+    from .verify import residual
+    s = draft_probs if sampled_from is None else sampled_from
+    r = residual(target_probs, draft_probs) if resample_from is None else resample_from
+    ratio = torch.where(draft_probs > 0, target_probs / draft_probs.clamp(min=torch.finfo(draft_probs.dtype).tiny),
+                        (target_probs > 0).to(draft_probs.dtype))  # verify: u * 0 < p_target(x) iff p_target(x) > 0
+    accept = s * ratio.clamp(max=1)  # [V] P(draft samples x and it is accepted)
+    return accept + (1 - accept.sum()) * r

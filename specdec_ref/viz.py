@@ -267,7 +267,7 @@ def plot_cache_lengths(steps: Sequence[Step], ax=None):
     ax.set_ylabel("length (tokens)")
     dropped = int((t_before - t_after).sum())
     ax.set_title(f"Rollback drops {dropped} target cache entries in {len(steps)} iterations; "
-                 "both caches end one token behind the sequence", fontsize=10)
+                 "the target's cache ends one token behind the sequence", fontsize=10)
     ax.legend(fontsize=8, frameon=False, loc="upper left")
     return fig
 

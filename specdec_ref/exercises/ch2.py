@@ -78,7 +78,8 @@ def cache_lengths(context_len: int, gamma: int, n_accepted: int) -> tuple[int, i
     if not 0 <= n_accepted <= gamma:
         raise ValueError(f"n_accepted must be in [0, γ = {gamma}], got {n_accepted}")
     kept = context_len + n_accepted  # the sequence grows to kept + 1; the newest token is not cached yet
-    return context_len + gamma, kept, context_len + gamma - 1, kept
+    draft_before = context_len + gamma - 1  # the draft never runs on its own last guess
+    return context_len + gamma, kept, draft_before, min(kept, draft_before)
 
 
 def check_cache_lengths(context_len: int, gamma: int, n_accepted: int, answer) -> None:
@@ -90,5 +91,5 @@ def check_cache_lengths(context_len: int, gamma: int, n_accepted: int, answer) -
     names = ["target before rollback", "target after rollback", "draft before rollback", "draft after rollback"]
     wrong = [f"{nm}: you said {a}, it is {t}" for nm, a, t in zip(names, answer, truth) if int(a) != t]
     assert not wrong, ("\n".join(wrong) + "\nHint: the draft never runs on its own last proposal; after the step "
-                       "neither cache holds the token that was just emitted.")
+                       "neither cache holds the token that was just emitted, and rollback only ever shortens a cache.")
     print(f"Correct: {dict(zip(names, truth))}")
