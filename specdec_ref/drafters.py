@@ -44,7 +44,9 @@ class CachedModel:
 
     def rollback(self, n_tokens: int) -> None:
         """Crop the cache to its first n_tokens (transformers 5: crop takes minus the number to drop)."""
-        if n_tokens < self.n_cached:
+        if n_tokens == 0:
+            self.cache, self.n_cached = DynamicCache(), 0
+        elif n_tokens < self.n_cached:
             self.cache.crop(-(self.n_cached - n_tokens))
             self.n_cached = n_tokens
 

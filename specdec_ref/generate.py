@@ -132,6 +132,7 @@ def speculative_generate(target, draft, input_ids: torch.Tensor, max_new_tokens:
     if not isinstance(gamma, int) or gamma < 1:
         raise ValueError(f"gamma must be an integer >= 1, got {gamma!r}")
     drafter = as_drafter(draft)
+    drafter.rollback(0)  # a drafter object may be reused across calls: start from an empty cache
     if isinstance(drafter, ModelDrafter):
         check_inputs(draft, input_ids, max_new_tokens, sampling, "draft")
     if getattr(drafter, "vocab_size", vocab_size(target)) != vocab_size(target):

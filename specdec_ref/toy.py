@@ -15,7 +15,7 @@ from .sampling import SamplingConfig, logits_to_probs
 
 
 def tiny_llama(vocab_size: int = 6, seed: int = 0, n_layers: int = 1, hidden: int = 16,
-               dtype: torch.dtype = torch.float64, max_positions: int = 64, logit_scale: float = 3.0):
+               dtype: torch.dtype = torch.float64, max_positions: int = 64, logit_scale: float = 1.0):
     """A random Llama small enough to enumerate; logit_scale sharpens its distributions."""
     config = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
                          num_hidden_layers=n_layers, num_attention_heads=2, num_key_value_heads=2,
@@ -39,3 +39,14 @@ def exact_sequence_distribution(model, prompt: list[int], n_tokens: int,
         step = logits_to_probs(model(ids).logits[0, len(prompt) - 1:-1], sampling)  # [n, V]
         probs[seq] = float(step.gather(1, torch.tensor(seq)[:, None]).prod())
     return probs
+
+
+def tiny_pair(vocab_size: int = 6, seed: int = 0, noise: float = 0.15, **kwargs):
+    """(target, draft): a tiny Llama and a perturbed copy, so drafts are accepted sometimes, not always."""
+    target = tiny_llama(vocab_size, seed=seed, **kwargs)
+    draft = tiny_llama(vocab_size, seed=seed, **kwargs)
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(noise * p.std() * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    return target, draft

@@ -1,0 +1,60 @@
+"""logits_to_probs: temperature, then top-k, then top-p, with Hugging Face's semantics."""
+import pytest
+import torch
+from transformers.generation.logits_process import (TemperatureLogitsWarper, TopKLogitsWarper,
+                                                    TopPLogitsWarper)
+
+from specdec_ref import SamplingConfig, logits_to_probs
+
+
+def hf_probs(logits, temperature, top_k, top_p):
+    scores = logits[None].clone()
+    for warper in [TemperatureLogitsWarper(temperature)] + \
+            ([TopKLogitsWarper(top_k)] if top_k else []) + ([TopPLogitsWarper(top_p)] if top_p else []):
+        scores = warper(None, scores)
+    return scores.softmax(-1)[0]
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p", [
+    (1.0, None, None), (0.7, None, None), (1.3, 5, None), (1.0, None, 0.9), (0.8, 10, 0.5), (1.0, 3, 0.99),
+    (2.0, None, 0.3), (1.0, 1, None), (0.5, None, 1.0)])
+def test_logits_to_probs_matches_hugging_face_warpers(temperature, top_k, top_p):
+    g = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        logits = torch.randn(50, generator=g) * 3
+        ours = logits_to_probs(logits, SamplingConfig(temperature, top_k, top_p))
+        torch.testing.assert_close(ours, hf_probs(logits, temperature, top_k, top_p), atol=1e-6, rtol=1e-5)
+
+
+def test_top_p_keeps_smallest_set_reaching_the_mass():
+    probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    out = logits_to_probs(probs.log(), SamplingConfig(top_p=0.8))  # 0.5 + 0.3 reaches 0.8: keep two
+    torch.testing.assert_close(out, torch.tensor([0.625, 0.375, 0.0, 0.0]))
+    out = logits_to_probs(probs.log(), SamplingConfig(top_p=0.81))  # needs the third token too
+    assert (out > 0).sum() == 3
+
+
+def test_order_is_temperature_then_top_k_then_top_p():
+    logits = torch.tensor([2.0, 1.0, 0.0, -1.0])
+    # at T=0.25 the top token alone has mass > 0.9, so top-p=0.9 keeps one token; at T=4 it would keep more
+    assert (logits_to_probs(logits, SamplingConfig(0.25, top_p=0.9)) > 0).sum() == 1
+    assert (logits_to_probs(logits, SamplingConfig(4.0, top_p=0.9)) > 0).sum() == 4
+
+
+def test_greedy_is_one_hot_on_the_first_argmax():
+    logits = torch.tensor([[0.1, 3.0, 3.0, -2.0], [5.0, 0.0, 0.0, 0.0]])
+    out = logits_to_probs(logits, SamplingConfig(temperature=0))
+    torch.testing.assert_close(out, torch.tensor([[0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]]))
+
+
+def test_float64_logits_stay_float64_and_half_logits_become_float32():
+    assert logits_to_probs(torch.zeros(4, dtype=torch.float64), SamplingConfig()).dtype == torch.float64
+    assert logits_to_probs(torch.zeros(4, dtype=torch.float16), SamplingConfig()).dtype == torch.float32
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"temperature": -0.1}, "temperature"), ({"top_k": 0}, "top_k"), ({"top_k": 2.5}, "top_k"),
+    ({"top_p": 0.0}, "top_p"), ({"top_p": 1.5}, "top_p"), ({"top_p": -1}, "top_p")])
+def test_bad_sampling_config_raises_value_error_naming_the_field(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        SamplingConfig(**kwargs)
