@@ -152,7 +152,7 @@ def speculative_sequence_counts(target, draft, prompt: list[int], n_tokens: int,
     import torch
 
     from .generate import speculative_generate
-    ids = torch.tensor([prompt])
+    ids = torch.tensor([prompt], device=next(target.parameters()).device)  # [1, T]
     return Counter(tuple(speculative_generate(target, draft, ids, n_tokens, gamma=gamma, sampling=sampling,
                                               generator=generator).tokens.tolist()) for _ in range(n))
 

@@ -293,7 +293,8 @@ def mass_decomposition(target_probs: torch.Tensor, draft_probs: torch.Tensor) ->
 
 def plot_mass(target_probs, draft_probs, labels: Sequence[str] | None = None, axes=None):
     """Left: p_target and p_draft. Right: accepted mass + resampled mass, stacked, against p_target."""
-    p, q = torch.as_tensor(target_probs, dtype=torch.float64), torch.as_tensor(draft_probs, dtype=torch.float64)
+    p = torch.as_tensor(target_probs).detach().cpu().double()
+    q = torch.as_tensor(draft_probs).detach().cpu().double()
     parts = mass_decomposition(p, q)
     beta = float(parts["beta"])
     tv = 0.5 * float((p - q).abs().sum())
@@ -381,7 +382,8 @@ def plot_counts_vs_probs(counts: Mapping, probs: Mapping, labels: Mapping | None
     return fig
 
 
-def plot_p_values(results: Mapping[str, float], alpha: float, ax=None, floor: float = 1e-300):
+def plot_p_values(results: Mapping[str, float], alpha: float, ax=None, floor: float = 1e-300,
+                  title: str | None = None):
     """Horizontal bars of -log10(p) per sampler, with the rejection threshold -log10(alpha)."""
     names = list(results)
     ps = np.array([max(float(results[k]), floor) for k in names])
@@ -396,7 +398,7 @@ def plot_p_values(results: Mapping[str, float], alpha: float, ax=None, floor: fl
     for yi, p in zip(y, ps):
         ax.text(-math.log10(p), yi, f" p = {p:.2g}" if p > floor else f" p < {floor:g}", va="center", fontsize=8)
     n_rej = int((ps < alpha).sum())
-    ax.set_title(f"{n_rej} of {len(names)} samplers rejected at α = {alpha:g}", fontsize=11)
+    ax.set_title(title or f"{n_rej} of {len(names)} tests reject at α = {alpha:g}", fontsize=11)
     ax.legend(frameon=False, fontsize=8, loc="lower right")
     fig.tight_layout()
     return fig

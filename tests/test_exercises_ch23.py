@@ -1,0 +1,104 @@
+"""Exercise checkers of chapters 2 and 3: they pass correct answers and reject the classic wrong ones."""
+import pytest
+import torch
+
+import specdec_ref as sd
+from specdec_ref.broken import verify_argmax, verify_without_residual
+from specdec_ref.exercises import ch2, ch3
+
+
+def not_done(*args):
+    raise NotImplementedError
+
+
+def greedy_verify(draft_tokens, target_logits):
+    best = target_logits.argmax(-1)
+    for i in range(draft_tokens.shape[0]):
+        if draft_tokens[i] != best[i]:
+            return i, best[i]
+    return draft_tokens.shape[0], best[-1]
+
+
+def test_checkers_report_unattempted_exercises_without_failing(capsys):
+    ch2.check_greedy_verify(not_done)
+    ch2.check_fixed_verify(not_done)
+    ch2.check_cache_lengths(100, 5, 2, None)
+    ch3.check_residual(not_done)
+    ch3.check_beta([0.5, 0.5], [0.5, 0.5], None)
+    ch3.check_no_residual_distribution(not_done)
+    assert capsys.readouterr().out.count("Not attempted yet") == 6
+
+
+def test_check_greedy_verify_accepts_correct_and_rejects_off_by_one_answers():
+    ch2.check_greedy_verify(greedy_verify)
+    with pytest.raises(AssertionError):
+        ch2.check_greedy_verify(lambda d, l: (d.shape[0], l[-1].argmax()))  # accepts everything
+    with pytest.raises(AssertionError):
+        ch2.check_greedy_verify(lambda d, l: greedy_verify(d, l[1:].repeat(2, 1)))  # rows shifted by one
+
+
+def test_check_fixed_verify_passes_the_package_verify():
+    ch2.check_fixed_verify(sd.verify, n_single=3000, n_sequences=600)
+
+
+@pytest.mark.parametrize("broken", [verify_argmax, verify_without_residual])
+def test_check_fixed_verify_rejects_broken_verifies(broken):
+    with pytest.raises(AssertionError):
+        ch2.check_fixed_verify(broken, n_single=3000, n_sequences=600)
+
+
+def test_cache_lengths_formula_matches_the_real_loop(toy_pair):
+    target, draft = toy_pair
+    steps = []
+    sd.speculative_generate(target, draft, torch.tensor([[1, 2, 3]]), 30, gamma=3, sampling=sd.SamplingConfig(1.0),
+                            generator=torch.Generator().manual_seed(0), on_step=steps.append)
+    checked = 0
+    for s in steps:
+        if s.draft_tokens.shape[0] == 0:
+            continue
+        want = ch2.cache_lengths(s.context_len, s.draft_tokens.shape[0], s.n_accepted)
+        assert want == (s.target_cache_before, s.target_cache_after, s.draft_cache_before, s.draft_cache_after)
+        checked += 1
+    assert checked >= 5 and any(s.n_accepted == s.draft_tokens.shape[0] for s in steps)
+
+
+def test_check_cache_lengths():
+    ch2.check_cache_lengths(100, 5, 2, (105, 102, 104, 102))
+    with pytest.raises(AssertionError, match="draft before rollback"):
+        ch2.check_cache_lengths(100, 5, 2, (105, 102, 105, 102))
+
+
+def test_check_residual_passes_the_package_residual_and_restores_verify():
+    ch3.check_residual(sd.residual, n_samples=600)
+    import importlib
+    assert importlib.import_module("specdec_ref.verify").residual is sd.residual
+
+
+def test_check_residual_rejects_resampling_from_the_target():
+    with pytest.raises(AssertionError, match="p_target"):
+        ch3.check_residual(lambda p, q: p, n_samples=600)
+
+
+def test_check_residual_rejects_nan_when_distributions_are_equal():
+    naive = lambda p, q: (p - q).clamp(min=0) / (p - q).clamp(min=0).sum()  # noqa: E731
+    with pytest.raises(AssertionError, match="NaN"):
+        ch3.check_residual(naive, n_samples=600)
+
+
+def test_check_residual_sequence_test_catches_a_subtly_wrong_residual():
+    """Passes a loose identity tolerance? No: this one is wrong by a visible amount and fails the exact check first;
+    the statistical stage is exercised by swapping a wrong residual into verify directly."""
+    wrong = lambda p, q: (0.5 * (p - q).clamp(min=0) / (p - q).clamp(min=0).sum().clamp(min=1e-300) + 0.5 * p)  # noqa: E731
+    with ch3.using_residual(wrong):
+        assert ch3.toy_exactness_test(1500).rejects()
+    with pytest.raises(AssertionError):
+        ch3.check_residual(wrong, n_samples=600)
+
+
+def test_check_beta_and_no_residual_distribution():
+    ch3.check_beta([0.5, 0.3, 0.2, 0.0], [0.25] * 4, 0.7)
+    with pytest.raises(AssertionError):
+        ch3.check_beta([0.5, 0.3, 0.2, 0.0], [0.25] * 4, 0.3)  # that is the TV, not beta
+    ch3.check_no_residual_distribution(lambda p, q: torch.minimum(p, q) + (1 - torch.minimum(p, q).sum()) * p)
+    with pytest.raises(AssertionError):
+        ch3.check_no_residual_distribution(lambda p, q: p)  # the distribution the bug was supposed to give
