@@ -6,7 +6,7 @@
 """
 from .drafters import CachedModel, Drafter, ModelDrafter, NgramDrafter
 from .generate import Generation, Stats, Step, autoregressive_generate, speculative_generate
-from .models import PAIRS, HubPair, load_hf_pair, load_offline_pair, load_offline_target, load_pair
+from .models import PAIRS, HubPair, encode_chat, load_hf_pair, load_offline_pair, load_offline_target, load_pair
 from .sampling import SamplingConfig, logits_to_probs, sample
 from .timing import default_device, synchronize, time_fn
 from .verify import accepted_mass, residual, verify
@@ -15,6 +15,6 @@ __all__ = [
     "SamplingConfig", "logits_to_probs", "sample", "verify", "residual", "accepted_mass",
     "speculative_generate", "autoregressive_generate", "Generation", "Stats", "Step",
     "CachedModel", "Drafter", "ModelDrafter", "NgramDrafter",
-    "load_offline_pair", "load_offline_target", "load_pair", "load_hf_pair", "PAIRS", "HubPair",
+    "encode_chat", "load_offline_pair", "load_offline_target", "load_pair", "load_hf_pair", "PAIRS", "HubPair",
     "default_device", "synchronize", "time_fn",
 ]

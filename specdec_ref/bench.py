@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from .drafters import CachedModel
+from .models import encode_chat
 from .generate import autoregressive_generate, speculative_generate
 from .sampling import SamplingConfig
 from .timing import synchronize
@@ -90,8 +91,7 @@ def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: i
     """Run every method on every prompt (interleaved) and return the table as a dict (see `format_table`)."""
     eos = tokenizer.eos_token_id
     device = next(target.parameters()).device
-    encoded = [tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
-                                             return_tensors="pt")["input_ids"].to(device) for p in prompts]
+    encoded = [encode_chat(tokenizer, p, device) for p in prompts]
     g = torch.Generator(device=device).manual_seed(seed)
     methods = {
         "plain (target only)": lambda ids: autoregressive_generate(target, ids, max_new_tokens, sampling, g, eos),

@@ -134,7 +134,7 @@ def speculative_generate(target, draft, input_ids: torch.Tensor, max_new_tokens:
     drafter = as_drafter(draft)
     drafter.rollback(0)  # a drafter object may be reused across calls: start from an empty cache
     if isinstance(drafter, ModelDrafter):
-        check_inputs(draft, input_ids, max_new_tokens, sampling, "draft")
+        check_inputs(drafter.lm.model, input_ids, max_new_tokens, sampling, "draft")
     if getattr(drafter, "vocab_size", vocab_size(target)) != vocab_size(target):
         raise ValueError(f"draft and target vocabularies differ ({drafter.vocab_size} vs {vocab_size(target)}); "
                          "they must share a tokenizer (slice padded heads to the tokenizer's length)")

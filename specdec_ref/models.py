@@ -153,3 +153,11 @@ def load_pair(name: str = "auto", device: torch.device | str | None = None):
     if name not in PAIRS:
         raise ValueError(f"unknown pair {name!r}; choose 'auto', 'offline' or one of {sorted(PAIRS)}")
     return load_hf_pair(PAIRS[name].target, PAIRS[name].draft, device)
+
+
+def encode_chat(tokenizer, text: str, device: torch.device | str | None = None) -> torch.Tensor:
+    """One user message through the tokenizer's chat template -> input_ids [1, T]."""
+    enc = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                        return_tensors="pt")
+    ids = enc if torch.is_tensor(enc) else enc["input_ids"]
+    return ids.to(device) if device is not None else ids

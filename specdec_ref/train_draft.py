@@ -291,6 +291,24 @@ def run(cfg: TrainConfig, target=None, tokenizer=None):
     return train(cfg, target, rows, tokenizer.eos_token_id)
 
 
+def plot_curve(curves: dict[str, list[dict]], path: str) -> None:
+    """Held-out top-1 agreement and KL against optimiser steps, one line per design."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
+    for name, curve in curves.items():
+        steps = [c["step"] for c in curve if c["step"] > 0]
+        ax1.plot(steps, [100 * c["val_top1"] for c in curve if c["step"] > 0], marker="o", label=name)
+        ax2.plot(steps, [c["val_kl"] for c in curve if c["step"] > 0], marker="o", label=name)
+    ax1.set(xlabel="optimiser step", ylabel="top-1 agreement with target (%)")
+    ax2.set(xlabel="optimiser step", ylabel="KL(target || draft) (nats/token)")
+    ax1.legend(fontsize=8)
+    fig.suptitle("Distilling the draft: agreement on unseen prompts (validation split) rises with training")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=TrainConfig.out)
@@ -302,13 +320,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--init-layers", type=lambda s: tuple(int(x) for x in s.split(",")), default=None)
     p.add_argument("--train-dtype", default=None)
+    p.add_argument("--plot", default=None, help="also save the training curve as a PNG here")
     args = vars(p.parse_args(argv))
-    overrides = {k: v for k, v in args.items() if v is not None and k not in ("quick", "export")}
+    overrides = {k: v for k, v in args.items() if v is not None and k not in ("quick", "export", "plot")}
     cfg = TrainConfig(**{**(QUICK if args["quick"] else {}), **overrides})
     draft, curve = run(cfg)
     if args["export"]:
         offline_draft.save(draft, Path(args["export"]), {"train_config": asdict(cfg), "curve": curve})
         log(cfg, f"exported to {args['export']}")
+    if args["plot"]:
+        plot_curve({f"{cfg.n_layers} layers, {cfg.n_vocab} tokens": curve}, args["plot"])
 
 
 if __name__ == "__main__":

@@ -30,9 +30,3 @@ def offline_pair():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return load_offline_pair()
-
-
-def chat_ids(tokenizer, text: str) -> torch.Tensor:
-    enc = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                        return_tensors="pt")
-    return enc["input_ids"] if not torch.is_tensor(enc) else enc

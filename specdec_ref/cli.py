@@ -1,0 +1,119 @@
+"""Command line: `python -m specdec_ref` generates and compares; `python -m specdec_ref bench` prints the table.
+
+    python -m specdec_ref --prompt "Why is the sea salty?"          # offline pair, greedy
+    python -m specdec_ref --pair qwen2.5 --temperature 0.7           # a Hub pair (needs network, ideally a GPU)
+    python -m specdec_ref bench --max-new-tokens 64 --json bench.json
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+
+import torch
+
+from . import bench
+from .generate import autoregressive_generate, speculative_generate
+from .models import PAIRS, encode_chat, load_pair
+from .sampling import SamplingConfig
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pair", default="offline",
+                   help=f"'offline' (default, no network), 'auto' (by device), or one of {sorted(PAIRS)}")
+    p.add_argument("--device", default=None, help="cuda, mps or cpu (default: the pair's choice)")
+    p.add_argument("--gamma", type=int, default=4, help="draft tokens per iteration (γ)")
+    p.add_argument("--max-new-tokens", type=int, default=96)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+
+
+def _load(args):
+    print(f"loading the '{args.pair}' pair ...", file=sys.stderr, flush=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        target, draft, tokenizer = load_pair(args.pair, args.device if args.device else
+                                             ("cpu" if args.pair == "offline" else None))
+    for w in caught:
+        if "PLACEHOLDER" in str(w.message):
+            print(f"WARNING: {w.message}", file=sys.stderr)
+    return target, draft, tokenizer
+
+
+def generate_main(args) -> None:
+    target, draft, tokenizer = _load(args)
+    device = next(target.parameters()).device
+    sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
+    ids = encode_chat(tokenizer, args.prompt, device)
+    eos = tokenizer.eos_token_id
+
+    def progress(step):
+        print(f"\r  speculative: {step.context_len + step.n_accepted + 1 - ids.shape[1]} tokens "
+              f"({step.n_accepted}/{step.draft_tokens.shape[0]} accepted this step)   ",
+              end="", file=sys.stderr, flush=True)
+
+    print("speculative decoding ...", file=sys.stderr, flush=True)
+    spec = speculative_generate(target, draft, ids, args.max_new_tokens, args.gamma, sampling,
+                                torch.Generator(device).manual_seed(args.seed), eos, on_step=progress)
+    print("\nplain decoding (for comparison) ...", file=sys.stderr, flush=True)
+    plain = autoregressive_generate(target, ids, args.max_new_tokens, sampling,
+                                    torch.Generator(device).manual_seed(args.seed), eos)
+    print(tokenizer.decode(spec.tokens, skip_special_tokens=True))
+    print("-" * 60)
+    s = spec.stats
+    print(f"acceptance rate α = {s.acceptance_rate:.2f} ({sum(s.accepted)}/{sum(s.drafted)} draft tokens, γ={args.gamma})")
+    print(f"target forward passes: {s.target_calls} speculative vs {plain.stats.target_calls} plain")
+    print(f"speculative: {spec.tokens_per_second:.1f} tokens/s   plain: {plain.tokens_per_second:.1f} tokens/s   "
+          f"speedup: {spec.tokens_per_second / plain.tokens_per_second:.2f}×")
+    if sampling.greedy:
+        same = spec.tokens.tolist() == plain.tokens.tolist()
+        print("greedy outputs identical: " + ("yes" if same else "no (a floating-point near-tie; see chapter 3)"))
+
+
+def bench_main(args) -> None:
+    target, draft, tokenizer = _load(args)
+    sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
+    prompts = bench.BENCH_PROMPTS[: args.prompts]
+    result = bench.run_bench(target, draft, tokenizer, prompts, args.max_new_tokens, args.gamma, sampling,
+                             args.seed, hf=not args.no_hf,
+                             progress=lambda m: print(m, file=sys.stderr, flush=True))
+    result["command"] = "python -m specdec_ref " + " ".join(sys.argv[1:])
+    result["settings"]["pair"] = args.pair
+    print(bench.format_table(result))
+    if args.json:
+        bench.save_json(result, args.json)
+        print(f"written to {args.json}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="python -m specdec_ref", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command")
+    gen = sub.add_parser("generate", help="generate from a prompt and compare with plain decoding (default)")
+    _common(gen)
+    gen.add_argument("--prompt", default="Explain in a few sentences why the sky is blue.")
+    b = sub.add_parser("bench", help="side-by-side benchmark table (plain, ours, HF assisted, formula)")
+    _common(b)
+    b.add_argument("--prompts", type=int, default=len(bench.BENCH_PROMPTS), help="how many benchmark prompts")
+    b.add_argument("--json", default="bench_results.json", help="where to write the table as JSON ('' for none)")
+    b.add_argument("--no-hf", action="store_true", help="skip the Hugging Face assisted-generation rows")
+    if not argv or argv[0] not in ("generate", "bench", "-h", "--help"):
+        argv = ["generate", *argv]
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        SamplingConfig(args.temperature, args.top_k, args.top_p)
+        if args.gamma < 1:
+            raise ValueError(f"--gamma must be >= 1, got {args.gamma}")
+    except ValueError as e:
+        parser.error(str(e))
+    (bench_main if args.command == "bench" else generate_main)(args)
+
+
+if __name__ == "__main__":
+    main()
