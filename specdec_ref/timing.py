@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import statistics
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -166,24 +167,66 @@ def param_count(model: nn.Module) -> int:
     return sum(p.numel() for p in _unique(model.parameters()))
 
 
+_MATMULS = {nn.functional.linear, torch.matmul, torch.mm, torch.bmm, torch.addmm, torch.einsum,
+            torch.Tensor.__matmul__, torch.Tensor.matmul, torch.Tensor.mm}
+_GATHERS = {nn.functional.embedding, torch.embedding, torch.index_select, torch.Tensor.index_select,
+            torch.Tensor.__getitem__}  # read only the rows they pick
+_watched: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (signature, (read, multiplied))
+
+
+def _named_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {**dict(model.named_parameters()), **dict(model.named_buffers())}
+
+
+def weights_used(model: nn.Module) -> tuple[set[str], set[str]]:
+    """-> (names of the weights a forward pass reads in full, names of those it multiplies as matrices).
+
+    Found by watching one real one-token pass, so any architecture counts right: an embedding
+    lookup (a gather) reads only the rows it needs and does not count, a tied head does, and a
+    head that multiplies only part of a table counts only that part. Cached until the model's
+    tensors change.
+    """
+    named = _named_tensors(model)
+    signature = tuple((name, t.data_ptr()) for name, t in named.items())
+    if model not in _watched or _watched[model][0] != signature:
+        from torch.overrides import TorchFunctionMode
+        by_ptr = {t.data_ptr(): name for name, t in named.items() if t.numel()}
+        read, multiplied = set(), set()
+
+        class Watch(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                if func not in _GATHERS and getattr(func, "__name__", "") != "__get__":  # skip .shape etc.
+                    flat = [*args, *(kwargs or {}).values()]
+                    flat += [x for a in flat if isinstance(a, (list, tuple)) for x in a]
+                    tensors = [a for a in flat if isinstance(a, torch.Tensor)]
+                    names = {by_ptr[a.data_ptr()] for a in tensors if a.data_ptr() in by_ptr}
+                    read.update(names)
+                    if func in _MATMULS:
+                        multiplied.update(names)
+                return func(*args, **(kwargs or {}))
+
+        ids = _new_tokens(model, 1, 1, 0)  # [1, 1]
+        with torch.inference_mode(), Watch():
+            model(input_ids=ids, use_cache=False)
+        _watched[model] = (signature, (read, multiplied))
+    return _watched[model][1]
+
+
 def matmul_params(model: nn.Module) -> int:
-    """Parameters that take part in a matrix multiply for every token: all nn.Linear weights (head included)."""
-    return sum(w.numel() for w in _unique(m.weight for m in model.modules() if isinstance(m, nn.Linear)))
+    """Parameters that take part in a matrix multiply for every token (the head included)."""
+    named = _named_tensors(model)
+    return sum(named[n].numel() for n in weights_used(model)[1])
 
 
 def weight_bytes(model: nn.Module) -> int:
     """Bytes of weights one forward pass must read from memory, whatever k is.
 
-    Every distinct parameter, except an input-embedding table that is not tied to the head:
-    looking up k tokens reads k rows of it, not the whole table. (A tied table is read in
-    full by the head, so it counts.)
+    Every distinct weight the pass touches, except tables it only gathers rows from: looking up
+    k tokens in an untied input embedding reads k rows, not the table. (A table tied to the head
+    is read in full by the head, so it counts.)
     """
-    params = _unique(model.parameters())
-    emb = model.get_input_embeddings().weight if hasattr(model, "get_input_embeddings") else None
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    tied = emb is not None and head is not None and head.weight.data_ptr() == emb.data_ptr()
-    skip = emb.data_ptr() if emb is not None and not tied else None
-    return sum(p.numel() * p.element_size() for p in params if p.data_ptr() != skip)
+    named = _named_tensors(model)
+    return sum(named[n].numel() * named[n].element_size() for n in weights_used(model)[0])
 
 
 def _attention_shape(model) -> tuple[int, int, int, int]:
