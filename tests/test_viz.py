@@ -79,6 +79,19 @@ def test_plot_step_title_states_accepted_count_and_rejects_bad_position(trace):
         viz.plot_step(trace, k, position=4)
 
 
+def test_plot_step_handles_an_iteration_that_drafted_nothing(toy_pair):
+    target, draft = toy_pair
+    tr = viz.record(target, draft, torch.tensor([[1, 2, 3]]), 2, 3, sd.SamplingConfig(1.0),
+                    torch.Generator().manual_seed(3))
+    empty = [k for k, s in enumerate(tr.steps) if s.draft_tokens.shape[0] == 0]
+    if not empty:  # the first iteration accepted its single guess: force the case by asking for 1 token
+        tr = viz.record(target, draft, torch.tensor([[1, 2, 3]]), 1, 3)
+        empty = [0]
+    fig = viz.plot_step(tr, empty[0])
+    assert "bonus" in fig.axes[1].get_title()
+    assert viz.step_kinds(tr.steps[empty[0]]) == [(tr.steps[empty[0]].next_token, "bonus")]
+
+
 def test_plot_steps_draws_one_tape_per_iteration(trace):
     fig = viz.plot_steps(trace, [0, 1, 2], FakeTokenizer())
     assert len(fig.axes) == 3
