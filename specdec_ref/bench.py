@@ -77,7 +77,7 @@ def _hf_generate(target, ids, max_new_tokens, sampling, generator, **assist) -> 
                   pad_token_id=target.config.eos_token_id, attention_mask=torch.ones_like(ids))
     if not sampling.greedy:
         kwargs.update(temperature=sampling.temperature, top_k=sampling.top_k or 0, top_p=sampling.top_p or 1.0)
-        torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=generator)))  # HF samples from global RNG
+        torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=generator, device=generator.device)))  # HF uses the global RNG
     synchronize(ids.device)
     t0 = time.perf_counter()
     out = target.generate(ids, **kwargs, **assist)

@@ -1,0 +1,52 @@
+"""The command line and the benchmark: they run end to end on the offline pair, and the formula is right."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from specdec_ref.bench import expected_tokens_per_iteration, format_table, predicted_speedup
+
+
+def test_expected_tokens_per_iteration_formula():
+    assert expected_tokens_per_iteration(0.0, 4) == 1.0  # every draft rejected: one token per target pass
+    assert expected_tokens_per_iteration(1.0, 4) == 5.0  # every draft accepted: γ + 1
+    assert expected_tokens_per_iteration(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)
+
+
+def test_predicted_speedup_formula():
+    assert predicted_speedup(0.0, 4, 0.0) == 1.0
+    assert predicted_speedup(0.0, 4, 0.1) == pytest.approx(1 / 1.4)  # a useless draft only costs time
+    assert predicted_speedup(0.8, 4, 0.05) == pytest.approx((1 - 0.8 ** 5) / 0.2 / 1.2)
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, "-m", "specdec_ref", *args], capture_output=True, text=True,
+                          timeout=900, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+
+
+def test_cli_generates_and_reports_acceptance_and_speed():
+    out = _run("--max-new-tokens", "6", "--prompt", "Say hello.", "--threads", "2")
+    assert out.returncode == 0, out.stderr
+    assert "acceptance rate" in out.stdout and "tokens/s" in out.stdout and "speedup" in out.stdout
+    assert "greedy outputs identical" in out.stdout
+
+
+def test_cli_rejects_bad_arguments_with_a_message():
+    out = _run("--gamma", "0")
+    assert out.returncode != 0 and "gamma" in out.stderr
+    out = _run("--temperature", "-1")
+    assert out.returncode != 0 and "temperature" in out.stderr
+
+
+def test_bench_writes_table_and_json_with_every_row(tmp_path):
+    path = tmp_path / "bench.json"
+    out = _run("bench", "--prompts", "1", "--max-new-tokens", "6", "--json", str(path), "--threads", "2")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(path.read_text())
+    methods = [r["method"] for r in result["rows"]]
+    assert methods[0].startswith("plain") and any(m.startswith("speculative") for m in methods)
+    assert any("HF assisted, its defaults" in m for m in methods) and any("constant" in m for m in methods)
+    assert 0 < result["cost_ratio_c"] and result["predicted_speedup"] > 0
+    assert result["command"].startswith("python -m specdec_ref bench")
+    assert format_table(result) in out.stdout
