@@ -85,9 +85,8 @@ def test_check_residual_rejects_nan_when_distributions_are_equal():
         ch3.check_residual(naive, n_samples=600)
 
 
-def test_check_residual_sequence_test_catches_a_subtly_wrong_residual():
-    """Passes a loose identity tolerance? No: this one is wrong by a visible amount and fails the exact check first;
-    the statistical stage is exercised by swapping a wrong residual into verify directly."""
+def test_sequence_test_used_by_check_residual_rejects_a_half_wrong_residual():
+    """The checker's statistical stage has power: half residual, half p_target, swapped into verify, is rejected."""
     wrong = lambda p, q: (0.5 * (p - q).clamp(min=0) / (p - q).clamp(min=0).sum().clamp(min=1e-300) + 0.5 * p)  # noqa: E731
     with ch3.using_residual(wrong):
         assert ch3.toy_exactness_test(1500).rejects()
