@@ -2,8 +2,8 @@
 
 The draft is an ordinary `LlamaForCausalLM` with a few layers, built at load time from
   * the target's own token embedding (shared, frozen, so it is not shipped), and
-  * the shipped weights in specdec_ref/weights/offline_draft/ (layers, final norm, head bias, and the
-    ids of the tokens its head can propose).
+  * the shipped weights in specdec_ref/weights/offline_draft/ (layers, final norm, head bias, the ids
+    of the tokens its head can propose, and the head rows themselves if training changed them).
 
 Its head scores only the `n_vocab` tokens the target writes most often, which makes a draft step
 several times cheaper than a full 49,152-way head. It still emits full-vocabulary logits: every
@@ -36,7 +36,8 @@ class ReducedHead(nn.Module):
         super().__init__()
         self.weight = embedding  # shared with the target; never trained here
         self.register_buffer("keep_ids", keep_ids.long())  # [n] token ids the draft can propose
-        self.register_buffer("sub_weight", embedding.detach()[keep_ids].clone(), persistent=False)  # [n, d]
+        # [n, d] the rows it multiplies: a copy of the embedding's keep_ids rows (shipped only if it was trained)
+        self.sub_weight = nn.Parameter(embedding.detach()[keep_ids].clone(), requires_grad=False)
         self.bias = nn.Parameter(torch.zeros(keep_ids.shape[0], dtype=embedding.dtype, device=embedding.device))
 
     def reduced_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # [..., d] -> [..., n]
@@ -70,9 +71,11 @@ def build(target, n_layers: int, keep_ids: torch.Tensor, init_layers: tuple[int,
 
 
 def trained_state(draft) -> dict[str, torch.Tensor]:
-    """The tensors that are the draft's own (everything but the shared embedding)."""
-    return {k: v for k, v in draft.state_dict().items()
-            if not k.startswith("model.embed_tokens") and k != "lm_head.weight"}
+    """The tensors that are the draft's own: everything but the shared embedding (and the head rows, if frozen)."""
+    frozen = {"model.embed_tokens.weight", "lm_head.weight"}
+    if not draft.lm_head.sub_weight.requires_grad:
+        frozen.add("lm_head.sub_weight")
+    return {k: v for k, v in draft.state_dict().items() if k not in frozen}
 
 
 def save(draft, directory: Path, meta: dict) -> None:
@@ -102,7 +105,7 @@ def load(target, directory: Path | str | None = None):
     draft = build(target, arch["n_layers"], state["lm_head.keep_ids"])
     missing, unexpected = draft.load_state_dict(
         {k: v.to(target.dtype) if v.is_floating_point() else v for k, v in state.items()}, strict=False)
-    if unexpected or set(missing) - {"model.embed_tokens.weight", "lm_head.weight"}:
+    if unexpected or set(missing) - {"model.embed_tokens.weight", "lm_head.weight", "lm_head.sub_weight"}:
         raise ValueError(f"{directory} does not match the draft architecture: missing {missing}, "
                          f"unexpected {unexpected}")
     return draft.eval()
