@@ -18,7 +18,7 @@ def verify_without_residual(draft_tokens, draft_probs, target_probs, generator=N
     """Bug: after a rejection, resample from p_target instead of the residual (double-counts accepted mass)."""
     for i in range(draft_tokens.shape[0]):
         x = draft_tokens[i]
-        u = torch.rand((), generator=generator, dtype=target_probs.dtype)
+        u = torch.rand((), generator=generator, device=target_probs.device, dtype=target_probs.dtype)
         if u * draft_probs[i, x] < target_probs[i, x]:
             continue
         return i, sample(target_probs[i], generator)
@@ -42,7 +42,7 @@ def verify_target_off_by_one(draft_tokens, draft_probs, target_probs, generator=
     shifted = torch.cat([target_probs[1:], target_probs[-1:]])  # [γ+1, V], rows moved up by one
     for i in range(draft_tokens.shape[0]):
         x = draft_tokens[i]
-        u = torch.rand((), generator=generator, dtype=target_probs.dtype)
+        u = torch.rand((), generator=generator, device=target_probs.device, dtype=target_probs.dtype)
         if u * draft_probs[i, x] < shifted[i, x]:
             continue
         return i, sample(residual(shifted[i], draft_probs[i]), generator)
