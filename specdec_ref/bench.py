@@ -108,7 +108,7 @@ def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: i
     for run in methods.values():  # warm-up: first calls allocate and load kernels
         run(encoded[0][:, :8])
     rows = {name: Row(name, 0, 0.0) for name in methods}
-    accepted = drafted = 0
+    accepted = examined = drafted = 0
     for i, ids in enumerate(encoded):
         for name, run in methods.items():
             out = run(ids)
@@ -118,11 +118,11 @@ def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: i
             else:
                 rows[name].tokens += out.tokens.shape[0]
                 rows[name].seconds += out.stats.seconds
-                if out.stats.drafted:
-                    accepted, drafted = accepted + sum(out.stats.accepted), drafted + sum(out.stats.drafted)
+                for a, d in zip(out.stats.accepted, out.stats.drafted):
+                    accepted, examined, drafted = accepted + a, examined + a + (a < d), drafted + d
         progress(f"prompt {i + 1}/{len(encoded)} done")
-    alpha = accepted / drafted if drafted else float("nan")
-    rows[f"speculative, ours (γ={gamma})"].acceptance_rate = alpha
+    alpha = accepted / examined if examined else float("nan")  # per-token acceptance α, as in the formula
+    rows[f"speculative, ours (γ={gamma})"].acceptance_rate = accepted / drafted if drafted else float("nan")
     c = decode_step_seconds(draft, encoded[0]) / decode_step_seconds(target, encoded[0])
     base = rows["plain (target only)"].tokens_per_second
     return {
@@ -138,7 +138,7 @@ def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: i
 
 def format_table(result: dict) -> str:
     """A Markdown table of the benchmark, ending with the formula's prediction."""
-    lines = ["| method | tokens | seconds | tokens/s | speedup vs plain | acceptance α |",
+    lines = ["| method | tokens | seconds | tokens/s | speedup vs plain | accepted / drafted |",
              "|---|---:|---:|---:|---:|---:|"]
     for r in result["rows"]:
         a = "" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.2f}"

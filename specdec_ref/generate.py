@@ -23,8 +23,18 @@ class Stats:
 
     @property
     def acceptance_rate(self) -> float:
-        """Fraction of drafted tokens that were accepted (nan if nothing was drafted)."""
+        """Fraction of drafted tokens that were accepted (nan if nothing was drafted).
+
+        Tokens discarded after a rejection count as drafted, so this is lower than α below.
+        """
         return sum(self.accepted) / sum(self.drafted) if sum(self.drafted) else float("nan")
+
+    @property
+    def alpha(self) -> float:
+        """Estimate of α, the probability that one draft token is accepted (Leviathan et al.'s α):
+        accepted / examined, where an iteration examines its accepted tokens plus the one it rejected."""
+        examined = sum(a + (a < d) for a, d in zip(self.accepted, self.drafted))
+        return sum(self.accepted) / examined if examined else float("nan")
 
 
 @dataclass

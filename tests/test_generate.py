@@ -55,7 +55,15 @@ def test_stats_are_consistent(toy_pair):
     assert sum(s.accepted) + len(s.accepted) == 40  # each iteration emits accepted + 1 tokens
     assert all(0 <= a <= d <= 4 for a, d in zip(s.accepted, s.drafted))
     assert s.acceptance_rate == pytest.approx(sum(s.accepted) / sum(s.drafted))
-    assert s.draft_calls >= sum(s.drafted) and s.seconds > 0
+    examined = sum(a + (a < d) for a, d in zip(s.accepted, s.drafted))
+    assert s.alpha == pytest.approx(sum(s.accepted) / examined) and s.alpha >= s.acceptance_rate
+
+
+def test_alpha_counts_only_examined_draft_tokens():
+    """α = accepted / examined: tokens discarded after a rejection were never judged, so they don't count."""
+    stats = sd.Stats(accepted=[4, 0, 1, 2], drafted=[4, 4, 4, 4])
+    assert stats.alpha == pytest.approx(7 / 10)  # examined: 4 (all accepted) + 1 + 2 + 3
+    assert stats.acceptance_rate == pytest.approx(7 / 16)
 
 
 def test_caches_are_rolled_back_to_the_accepted_prefix(toy_pair):
