@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Set up, run the test suite, execute every chapter with nbmake (quick mode), and build the book with
-# warnings as errors. The chapters are executed once, in a scratch copy, and the book is rendered from
-# those outputs, so the committed notebooks stay output-free.
+# warnings as errors. Both run on a scratch copy of the book, so the committed notebooks stay output-free.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
