@@ -64,7 +64,8 @@ def generate_main(args) -> None:
     print(tokenizer.decode(spec.tokens, skip_special_tokens=True))
     print("-" * 60)
     s = spec.stats
-    print(f"acceptance rate α = {s.acceptance_rate:.2f} ({sum(s.accepted)}/{sum(s.drafted)} draft tokens, γ={args.gamma})")
+    print(f"acceptance rate {s.acceptance_rate:.2f} ({sum(s.accepted)}/{sum(s.drafted)} drafted tokens accepted, "
+          f"γ={args.gamma}); per-token α = {s.alpha:.2f} (discarded tokens not counted)")
     print(f"target forward passes: {s.target_calls} speculative vs {plain.stats.target_calls} plain")
     print(f"speculative: {spec.tokens_per_second:.1f} tokens/s   plain: {plain.tokens_per_second:.1f} tokens/s   "
           f"speedup: {spec.tokens_per_second / plain.tokens_per_second:.2f}×")
