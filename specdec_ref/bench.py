@@ -12,11 +12,10 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from .drafters import CachedModel
 from .models import encode_chat
 from .generate import autoregressive_generate, speculative_generate
 from .sampling import SamplingConfig
-from .timing import synchronize
+from .timing import forward_latency, synchronize
 
 BENCH_PROMPTS = [  # chat prompts for benchmarks; none of them is in the draft's training prompts
     "Explain why the sky is blue to a ten-year-old.",
@@ -45,19 +44,8 @@ def predicted_speedup(alpha: float, gamma: int, c: float) -> float:
 
 @torch.inference_mode()
 def decode_step_seconds(model, input_ids: torch.Tensor, repeats: int = 20) -> float:
-    """Median time of one cached one-token decode step after the prompt (device synchronised)."""
-    lm = CachedModel(model)
-    n = input_ids.shape[1]
-    lm.logits(input_ids[0])
-    times = []
-    for i in range(repeats + 2):
-        synchronize(input_ids.device)
-        t0 = time.perf_counter()
-        lm.logits(torch.cat([input_ids[0], input_ids[0, -1:]]))
-        synchronize(input_ids.device)
-        times.append(time.perf_counter() - t0)
-        lm.rollback(n)
-    return sorted(times[2:])[len(times[2:]) // 2]
+    """Median time of one cached one-token decode step after a prompt of this length (device synchronised)."""
+    return forward_latency(model, 1, context_len=input_ids.shape[1], warmup=2, repeats=repeats).median
 
 
 @dataclass
