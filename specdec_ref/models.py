@@ -156,8 +156,14 @@ def load_pair(name: str = "auto", device: torch.device | str | None = None):
 
 
 def encode_chat(tokenizer, text: str, device: torch.device | str | None = None) -> torch.Tensor:
-    """One user message through the tokenizer's chat template -> input_ids [1, T]."""
-    enc = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                        return_tensors="pt")
-    ids = enc if torch.is_tensor(enc) else enc["input_ids"]
+    """One user message through the tokenizer's chat template -> input_ids [1, T].
+
+    A tokenizer without a chat template (gpt2, the tests' tiny ones) encodes the plain text.
+    """
+    if getattr(tokenizer, "chat_template", None):
+        enc = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                            return_tensors="pt")
+        ids = enc if torch.is_tensor(enc) else enc["input_ids"]
+    else:
+        ids = tokenizer(text, return_tensors="pt").input_ids
     return ids.to(device) if device is not None else ids

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from matplotlib.patches import Patch, Rectangle
 
+from .models import encode_chat
 from .generate import Generation, Step, speculative_generate
 from .sampling import SamplingConfig
 from .verify import accepted_mass, residual
@@ -81,11 +82,9 @@ def record(target, draft, input_ids: torch.Tensor, max_new_tokens: int, gamma: i
 
 
 def encode_prompt(tokenizer, text: str, chat: bool = True) -> torch.Tensor:  # str -> [1, T]
-    """Tokenise a user message (through the chat template when the tokenizer has one)."""
-    if chat and getattr(tokenizer, "chat_template", None):
-        enc = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                            return_tensors="pt", return_dict=True)
-        return enc["input_ids"]
+    """Tokenise a user message (through the chat template when the tokenizer has one, and chat is True)."""
+    if chat:
+        return encode_chat(tokenizer, text)
     return tokenizer(text, return_tensors="pt").input_ids
 
 
