@@ -12,7 +12,7 @@ import warnings
 
 import torch
 
-from . import bench
+from .lab import bench
 from .generate import autoregressive_generate, speculative_generate
 from .models import PAIRS, encode_chat, load_pair
 from .sampling import SamplingConfig
@@ -56,11 +56,12 @@ def generate_main(args) -> None:
               end="", file=sys.stderr, flush=True)
 
     print("speculative decoding ...", file=sys.stderr, flush=True)
-    spec = speculative_generate(target, draft, ids, args.max_new_tokens, args.gamma, sampling,
-                                torch.Generator(device).manual_seed(args.seed), eos, on_step=progress)
+    spec = speculative_generate(target, draft, ids, args.max_new_tokens, gamma=args.gamma, sampling=sampling,
+                                generator=torch.Generator(device).manual_seed(args.seed), eos_token_id=eos,
+                                on_step=progress)
     print("\nplain decoding (for comparison) ...", file=sys.stderr, flush=True)
-    plain = autoregressive_generate(target, ids, args.max_new_tokens, sampling,
-                                    torch.Generator(device).manual_seed(args.seed), eos)
+    plain = autoregressive_generate(target, ids, args.max_new_tokens, sampling=sampling,
+                                    generator=torch.Generator(device).manual_seed(args.seed), eos_token_id=eos)
     print(tokenizer.decode(spec.tokens, skip_special_tokens=True))
     print("-" * 60)
     s = spec.stats

@@ -7,9 +7,10 @@ from typing import Callable
 
 import torch
 
-from .drafters import CachedModel, Drafter, ModelDrafter, vocab_size
+from .cache import CachedModel, vocab_size
+from .device import synchronize
+from .drafters import Drafter, ModelDrafter
 from .sampling import SamplingConfig, logits_to_probs, sample
-from .timing import synchronize
 from .verify import verify
 
 
@@ -90,6 +91,13 @@ def check_inputs(model, input_ids, max_new_tokens: int, sampling: SamplingConfig
                          f"the {name}'s context of {n_ctx} tokens; shorten the prompt or ask for fewer tokens")
 
 
+def check_generator(generator: torch.Generator | None, device: torch.device) -> None:
+    """torch samples with a generator only on the generator's own device: say so up front, not deep inside torch."""
+    if generator is not None and torch.device(generator.device).type != torch.device(device).type:
+        raise ValueError(f"the generator is on {generator.device} but the models' inputs are on {device}; "
+                         f"create it there: torch.Generator(device={str(device)!r}).manual_seed(seed)")
+
+
 def _finish(tokens: torch.Tensor, n_prompt: int, max_new_tokens: int, eos_token_id) -> tuple[torch.Tensor, bool]:
     """Cut the new tokens at max_new_tokens and right after the first EOS; say whether to stop."""
     new = tokens[n_prompt:n_prompt + max_new_tokens]
@@ -106,11 +114,12 @@ def _timer_start(device: torch.device) -> float:
 
 
 @torch.inference_mode()
-def autoregressive_generate(model, input_ids: torch.Tensor, max_new_tokens: int,
+def autoregressive_generate(model, input_ids: torch.Tensor, max_new_tokens: int, *,
                             sampling: SamplingConfig = SamplingConfig(), generator: torch.Generator | None = None,
-                            eos_token_id: int | None = None) -> Generation:
+                            eos_token_id: int | None = None) -> Generation:  # [1, T] -> [n_new]
     """The baseline: one target forward pass per new token."""
     check_inputs(model, input_ids, max_new_tokens, sampling, "model")
+    check_generator(generator, input_ids.device)
     t0 = _timer_start(input_ids.device)
     lm, tokens, n_prompt = CachedModel(model), input_ids[0].long(), input_ids.shape[1]
     new, done = _finish(tokens, n_prompt, max_new_tokens, eos_token_id)
@@ -133,45 +142,69 @@ def as_drafter(draft) -> Drafter:
     return draft if isinstance(draft, Drafter) else ModelDrafter(draft)
 
 
-@torch.inference_mode()
-def speculative_generate(target, draft, input_ids: torch.Tensor, max_new_tokens: int, gamma: int = 4,
-                         sampling: SamplingConfig = SamplingConfig(), generator: torch.Generator | None = None,
-                         eos_token_id: int | None = None, on_step: Callable[[Step], None] | None = None) -> Generation:
-    """Draft γ tokens cheaply, score them with one target pass, keep an exact prefix, repeat."""
+def speculative_step(target_lm: CachedModel, drafter: Drafter, tokens: torch.Tensor, gamma: int,
+                     sampling: SamplingConfig, generator: torch.Generator | None,
+                     ) -> tuple[torch.Tensor, Step]:  # [T] -> ([T + n_accepted + 1], Step)
+    """One iteration: draft γ tokens, score them in one target pass, keep an exact prefix, roll back."""
+    # 1. the draft proposes up to γ tokens, one at a time
+    draft_tokens, draft_probs = drafter.propose(tokens, gamma, sampling, generator)  # [γ], [γ, V]
+    g = draft_tokens.shape[0]  # a lookup drafter may find fewer than γ
+    # 2. the target scores all γ+1 positions in one forward pass
+    target_logits = target_lm.logits(torch.cat([tokens, draft_tokens]))[-(g + 1):]  # [γ+1, V]
+    target_probs = logits_to_probs(target_logits, sampling)  # [γ+1, V]
+    # 3. keep an exact prefix of the draft, plus one replacement or bonus token
+    n, next_token = verify(draft_tokens, draft_probs.to(target_probs.dtype), target_probs, generator)
+    # 4. append, and roll both caches back to the tokens that survived
+    cache_before = target_lm.n_cached, _cache_len(drafter)
+    new_tokens = torch.cat([tokens, draft_tokens[:n], next_token])  # [T + n + 1]
+    target_lm.rollback(new_tokens.shape[0] - 1)
+    drafter.rollback(new_tokens.shape[0] - 1)
+    step = Step(context_len=tokens.shape[0], draft_tokens=draft_tokens, draft_probs=draft_probs,
+                target_probs=target_probs, n_accepted=n, next_token=int(next_token),
+                target_cache_before=cache_before[0], target_cache_after=target_lm.n_cached,
+                draft_cache_before=cache_before[1], draft_cache_after=_cache_len(drafter))
+    return new_tokens, step
+
+
+def check_speculative_inputs(target, drafter: Drafter, input_ids: torch.Tensor, max_new_tokens: int, gamma: int,
+                             sampling: SamplingConfig, generator: torch.Generator | None) -> None:
+    """Everything `speculative_generate` refuses, with a message that says what to fix."""
     check_inputs(target, input_ids, max_new_tokens, sampling, "target")
-    if not isinstance(gamma, int) or gamma < 1:
+    check_generator(generator, input_ids.device)
+    if not isinstance(gamma, int) or isinstance(gamma, bool) or gamma < 1:
         raise ValueError(f"gamma must be an integer >= 1, got {gamma!r}")
-    drafter = as_drafter(draft)
-    drafter.rollback(0)  # a drafter object may be reused across calls: start from an empty cache
     if isinstance(drafter, ModelDrafter):
         check_inputs(drafter.lm.model, input_ids, max_new_tokens, sampling, "draft")
     if getattr(drafter, "vocab_size", vocab_size(target)) != vocab_size(target):
         raise ValueError(f"draft and target vocabularies differ ({drafter.vocab_size} vs {vocab_size(target)}); "
                          "they must share a tokenizer (slice padded heads to the tokenizer's length)")
+
+
+@torch.inference_mode()
+def speculative_generate(target, draft, input_ids: torch.Tensor, max_new_tokens: int, *, gamma: int | None = None,
+                         sampling: SamplingConfig = SamplingConfig(), generator: torch.Generator | None = None,
+                         eos_token_id: int | None = None, on_step: Callable[[Step], None] | None = None,
+                         ) -> Generation:  # [1, T] -> [n_new]
+    """Draft cheaply, verify in one target pass, keep an exact prefix, repeat.
+
+    `draft` is a Hugging Face causal LM or any `Drafter`. gamma=None uses the drafter's recommended
+    `default_gamma` (4 if it has none). `on_step` sees every iteration's `Step`.
+    """
+    drafter = as_drafter(draft)
+    gamma = getattr(drafter, "default_gamma", 4) if gamma is None else gamma
+    check_speculative_inputs(target, drafter, input_ids, max_new_tokens, gamma, sampling, generator)
+    drafter.rollback(0)  # a drafter object may be reused across calls: start from an empty cache
     t0 = _timer_start(input_ids.device)
     target_lm, tokens, n_prompt = CachedModel(target), input_ids[0].long(), input_ids.shape[1]
     stats = Stats()
     new, done = _finish(tokens, n_prompt, max_new_tokens, eos_token_id)
     while not done:
         g = min(gamma, max_new_tokens - new.shape[0] - 1)  # never draft past max_new_tokens
-        # 1. the draft proposes up to γ tokens, one at a time
-        draft_tokens, draft_probs = drafter.propose(tokens, g, sampling, generator)  # [γ], [γ, V]
-        g = draft_tokens.shape[0]  # a lookup drafter may find fewer
-        # 2. the target scores all γ+1 positions in one forward pass
-        target_logits = target_lm.logits(torch.cat([tokens, draft_tokens]))[-(g + 1):]  # [γ+1, V]
-        target_probs = logits_to_probs(target_logits, sampling)  # [γ+1, V]
-        # 3. keep an exact prefix of the draft, plus one replacement or bonus token
-        n, next_token = verify(draft_tokens, draft_probs.to(target_probs.dtype), target_probs, generator)
-        # 4. append, and roll both caches back to the tokens that survived
-        cache_before = target_lm.n_cached, _cache_len(drafter)
-        tokens = torch.cat([tokens, draft_tokens[:n], next_token])
-        target_lm.rollback(tokens.shape[0] - 1)
-        drafter.rollback(tokens.shape[0] - 1)
+        tokens, step = speculative_step(target_lm, drafter, tokens, g, sampling, generator)
+        stats.accepted.append(step.n_accepted)
+        stats.drafted.append(step.draft_tokens.shape[0])
         if on_step is not None:
-            on_step(Step(tokens.shape[0] - n - 1, draft_tokens, draft_probs, target_probs, n, int(next_token),
-                         cache_before[0], target_lm.n_cached, cache_before[1], _cache_len(drafter)))
-        stats.accepted.append(n)
-        stats.drafted.append(g)
+            on_step(step)
         new, done = _finish(tokens, n_prompt, max_new_tokens, eos_token_id)
     synchronize(input_ids.device)
     stats.target_calls, stats.draft_calls = target_lm.calls, getattr(drafter, "calls", 0)

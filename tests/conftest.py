@@ -1,4 +1,12 @@
+"""Shared fixtures, and the one thread-count policy for the whole suite.
+
+Threads: one, for every test. The toy models are tiny (extra threads only add overhead), and on a
+shared 2-core CPU two threads thrash; even the real 135M model ran its tests faster on one.
+Every test that loads the real model is marked `slow` automatically, so `pytest -m "not slow"` is a
+fast loop; CI runs everything.
+"""
 import os
+import warnings
 
 import pytest
 import torch
@@ -7,25 +15,30 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never touch the Hugging Fa
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "offline_pair" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True)
-def _threads(request):
-    """One thread for the tiny models (extra threads only add overhead, and thrash on a shared CPU);
-    two for tests that run the real 135M model."""
-    torch.set_num_threads(2 if "offline_pair" in request.fixturenames else 1)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")
 def toy_pair():
     """A float64 6-token Llama and a perturbed copy as its draft (acceptance around 0.6)."""
-    from specdec_ref.toy import tiny_pair
+    from specdec_ref.models.toy import tiny_pair
     return tiny_pair(vocab_size=6, seed=0, noise=0.15)
 
 
 @pytest.fixture(scope="session")
 def offline_pair():
     """The real offline target (SmolLM2-135M-Instruct, fp32) with whatever draft load_offline_pair ships."""
-    import warnings
-
     from specdec_ref import load_offline_pair
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

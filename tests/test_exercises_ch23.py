@@ -3,8 +3,8 @@ import pytest
 import torch
 
 import specdec_ref as sd
-from specdec_ref.broken import verify_argmax, verify_without_residual
-from specdec_ref.exercises import ch2, ch3
+from specdec_ref.lab.broken import verify_argmax, verify_without_residual
+from specdec_ref.chapters.exercises import ch2, ch3
 
 
 def not_done(*args):

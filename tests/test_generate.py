@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import specdec_ref as sd
-from specdec_ref.toy import tiny_llama, tiny_pair
+from specdec_ref.models.toy import tiny_llama, tiny_pair
 
 GREEDY = sd.SamplingConfig(temperature=0)
 
@@ -24,7 +24,7 @@ def test_max_new_tokens_is_respected_exactly(toy_pair, n):
 def test_output_stops_right_after_eos_like_plain_decoding(toy_pair):
     target, draft = toy_pair
     ids = torch.tensor([[1, 2, 3]])
-    plain = sd.autoregressive_generate(target, ids, 30, GREEDY).tokens.tolist()
+    plain = sd.autoregressive_generate(target, ids, 30, sampling=GREEDY).tokens.tolist()
     eos = plain[5]  # pretend the 6th greedy token is EOS
     first = plain.index(eos)
     for out in both(target, draft, ids, 30, sampling=GREEDY, eos_token_id=eos):
@@ -95,8 +95,8 @@ def test_generation_works_with_fp32_models_and_a_drafter_reused_across_calls():
     drafter = sd.ModelDrafter(draft)
     a = sd.speculative_generate(target, drafter, torch.tensor([[1, 2]]), 10, sampling=GREEDY).tokens.tolist()
     b = sd.speculative_generate(target, drafter, torch.tensor([[4, 4, 4]]), 10, sampling=GREEDY).tokens.tolist()
-    assert a == sd.autoregressive_generate(target, torch.tensor([[1, 2]]), 10, GREEDY).tokens.tolist()
-    assert b == sd.autoregressive_generate(target, torch.tensor([[4, 4, 4]]), 10, GREEDY).tokens.tolist()
+    assert a == sd.autoregressive_generate(target, torch.tensor([[1, 2]]), 10, sampling=GREEDY).tokens.tolist()
+    assert b == sd.autoregressive_generate(target, torch.tensor([[4, 4, 4]]), 10, sampling=GREEDY).tokens.tolist()
 
 
 # --- bad input: a clear ValueError that names the problem ---------------------------------------------------
@@ -146,3 +146,34 @@ def test_ngram_drafter_copies_the_continuation_of_the_latest_match():
     assert toks.numel() == 0  # nothing to copy: propose nothing
     with pytest.raises(ValueError, match="ngram"):
         sd.NgramDrafter(10, max_ngram=0)
+
+
+def test_generator_on_another_device_is_refused_up_front():
+    """torch.multinomial fails deep inside torch when the generator is on another device: we say so first."""
+    from specdec_ref.generate import check_generator
+    check_generator(None, torch.device("cpu"))
+    check_generator(torch.Generator(), torch.device("cpu"))
+    with pytest.raises(ValueError, match="generator is on cpu.*torch.Generator\\(device='cuda'\\)"):
+        check_generator(torch.Generator(), torch.device("cuda"))
+    with pytest.raises(ValueError, match="generator is on cpu"):
+        check_generator(torch.Generator(), torch.device("cuda", 1))
+
+
+def test_speculative_step_is_one_iteration_of_the_loop(toy_pair):
+    """The loop is speculative_step repeated: one step by hand gives the loop's first Step."""
+    target, draft = toy_pair
+    steps = []
+    ids = torch.tensor([[1, 2, 3]])
+    sd.speculative_generate(target, draft, ids, 10, gamma=3, sampling=GREEDY, on_step=steps.append)
+    tokens, step = sd.speculative_step(sd.CachedModel(target), sd.ModelDrafter(draft), ids[0], 3, GREEDY, None)
+    assert tokens.tolist()[:3] == [1, 2, 3] and tokens.shape[0] == 3 + step.n_accepted + 1
+    assert (step.draft_tokens.tolist(), step.n_accepted, step.next_token) == \
+        (steps[0].draft_tokens.tolist(), steps[0].n_accepted, steps[0].next_token)
+
+
+def test_options_after_max_new_tokens_are_keyword_only(toy_pair):
+    target, draft = toy_pair
+    with pytest.raises(TypeError):
+        sd.speculative_generate(target, draft, torch.tensor([[1, 2]]), 5, 2)
+    with pytest.raises(TypeError):
+        sd.autoregressive_generate(target, torch.tensor([[1, 2]]), 5, GREEDY)

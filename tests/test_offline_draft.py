@@ -9,17 +9,12 @@ import torch
 from transformers import LlamaForCausalLM
 
 import specdec_ref as sd
-from specdec_ref import offline_draft, train_draft
-from specdec_ref.broken import verify_without_residual
-from specdec_ref.draft_prompts import HELD_OUT, chat_ids
-from specdec_ref.drafters import vocab_size
-from specdec_ref.stats import ALPHA, chi_square_gof
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One torch thread: on the shared 2-core CPU, two threads made this file several times slower."""
-    torch.set_num_threads(1)
+from specdec_ref.distill import train as train_draft
+from specdec_ref.models import offline_draft
+from specdec_ref.lab.broken import verify_without_residual
+from specdec_ref.distill.prompts import HELD_OUT
+from specdec_ref import vocab_size
+from specdec_ref.lab.stats import SIGNIFICANCE, chi_square_gof, emitted_token_counts
 
 
 @pytest.fixture
@@ -39,7 +34,7 @@ def test_shipped_draft_loads_offline_with_the_targets_vocabulary(offline_pair, n
     assert vocab_size(draft) == vocab_size(target) == len(tok) == draft.config.vocab_size
     assert draft.device == target.device and draft.dtype == target.dtype
     assert draft.get_input_embeddings() is target.get_input_embeddings()  # shared, not shipped
-    ids = chat_ids(tok, HELD_OUT[0])
+    ids = sd.encode_chat(tok, HELD_OUT[0])
     with torch.inference_mode():
         logits = draft(input_ids=ids).logits  # [1, T, V]
     assert logits.shape == (1, ids.shape[1], len(tok))
@@ -49,6 +44,7 @@ def test_shipped_draft_loads_offline_with_the_targets_vocabulary(offline_pair, n
     assert kept[tok.eos_token_id], "the draft must be able to propose EOS"
 
 
+@pytest.mark.slow
 def test_load_offline_pair_returns_the_distilled_draft_without_warning(no_network):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -75,8 +71,8 @@ def test_quick_training_run_lowers_the_loss_and_resumes(offline_pair, tmp_path):
 
 def _hard_prefix(target, draft, tok):
     """A real chat prefix (prompt + part of the target's answer) where the draft disagrees most with the target."""
-    ids = chat_ids(tok, HELD_OUT[1])
-    answer = sd.autoregressive_generate(target, ids, 24, sd.SamplingConfig(0), None, tok.eos_token_id).tokens
+    ids = sd.encode_chat(tok, HELD_OUT[1])
+    answer = sd.autoregressive_generate(target, ids, 24, sampling=sd.SamplingConfig(0), eos_token_id=tok.eos_token_id).tokens
     seq = torch.cat([ids[0], answer])
     with torch.inference_mode():
         t = sd.logits_to_probs(target(input_ids=seq[None]).logits[0, ids.shape[1] - 1:-1], sd.SamplingConfig(1.0))
@@ -98,15 +94,7 @@ def _coarsen(row: torch.Tensor, ref: torch.Tensor | None = None, m: int = 256) -
 
 
 def _first_token_counts(verify_fn, target_row, draft_row, n: int, seed: int) -> Counter:
-    """Monte Carlo of one speculative step with γ=1 at the real prefix: the first emitted token."""
-    g = torch.Generator().manual_seed(seed)
-    target_probs = torch.stack([target_row, target_row])  # [γ+1, V]; the bonus row does not affect the first token
-    xs = torch.multinomial(draft_row, n, replacement=True, generator=g)  # [n] the draft's proposals
-    counts = Counter()
-    for x in xs:
-        n_acc, nxt = verify_fn(x[None], draft_row[None], target_probs, g)
-        counts[int(x) if n_acc == 1 else int(nxt)] += 1
-    return counts
+    return emitted_token_counts(verify_fn, target_row, draft_row, n, torch.Generator().manual_seed(seed))
 
 
 @pytest.fixture(scope="module")
@@ -120,11 +108,11 @@ def test_verify_with_shipped_draft_emits_target_distribution_by_chi_square(real_
     assert overlap < 0.9, "pick a prefix where the draft is wrong often enough for the test to have power"
     counts = _first_token_counts(sd.verify, target_row, draft_row, 12000, seed=0)
     result = chi_square_gof(counts, {i: float(p) for i, p in enumerate(target_row) if p > 0})
-    assert not result.rejects(ALPHA), str(result)  # ALPHA = 0.001, fixed seed
+    assert not result.rejects(SIGNIFICANCE), str(result)  # SIGNIFICANCE = 0.001, fixed seed
 
 
 def test_chi_square_at_real_prefix_rejects_sampler_without_residual(real_prefix):
     target_row, draft_row, _ = real_prefix
     counts = _first_token_counts(verify_without_residual, target_row, draft_row, 12000, seed=0)
     result = chi_square_gof(counts, {i: float(p) for i, p in enumerate(target_row) if p > 0})
-    assert result.rejects(ALPHA), f"verify_without_residual was not caught: {result}"
+    assert result.rejects(SIGNIFICANCE), f"verify_without_residual was not caught: {result}"

@@ -1,6 +1,6 @@
 """The statistical helpers: calibrated on correct samples, powerful against wrong ones, exact where they claim to be.
 
-Every random draw is seeded, so these tests cannot flake; significance level ALPHA = 0.001 throughout.
+Every random draw is seeded, so these tests cannot flake; significance level SIGNIFICANCE = 0.001 throughout.
 """
 from collections import Counter
 
@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import specdec_ref as sd
-from specdec_ref import stats
-from specdec_ref.broken import verify_argmax, verify_without_residual
-from specdec_ref.stats import ALPHA
+from specdec_ref.lab import stats
+from specdec_ref.lab.broken import verify_argmax, verify_without_residual
+from specdec_ref.lab.stats import SIGNIFICANCE
 
 P = {"a": 0.5, "b": 0.3, "c": 0.15, "d": 0.05}
 
@@ -25,19 +25,19 @@ def multinomial_counts(probs: dict, n: int, seed: int) -> Counter:
 
 def test_chi_square_gof_does_not_reject_samples_from_the_null():
     for seed in range(5):
-        assert not stats.chi_square_gof(multinomial_counts(P, 5000, seed), P).rejects(ALPHA)
+        assert not stats.chi_square_gof(multinomial_counts(P, 5000, seed), P).rejects(SIGNIFICANCE)
 
 
 def test_chi_square_gof_rejects_samples_from_a_shifted_distribution():
     shifted = {"a": 0.45, "b": 0.35, "c": 0.15, "d": 0.05}
-    assert stats.chi_square_gof(multinomial_counts(shifted, 5000, 0), P).rejects(ALPHA)
+    assert stats.chi_square_gof(multinomial_counts(shifted, 5000, 0), P).rejects(SIGNIFICANCE)
 
 
 def test_chi_square_gof_pools_bins_with_small_expected_counts():
     probs = {i: 0.9 if i == 0 else 0.1 / 999 for i in range(1000)}
     result = stats.chi_square_gof(multinomial_counts(probs, 2000, 0), probs)
     assert result.bins < 1000 and result.dof == result.bins - 1
-    assert not result.rejects(ALPHA)
+    assert not result.rejects(SIGNIFICANCE)
 
 
 def test_chi_square_gof_gives_p_zero_for_a_sample_outside_the_support():
@@ -46,10 +46,10 @@ def test_chi_square_gof_gives_p_zero_for_a_sample_outside_the_support():
 
 def test_two_sample_chi_square_calibrated_and_powerful():
     same = stats.two_sample_chi_square(multinomial_counts(P, 3000, 1).elements(), multinomial_counts(P, 3000, 2).elements())
-    assert not same.rejects(ALPHA)
+    assert not same.rejects(SIGNIFICANCE)
     other = {"a": 0.4, "b": 0.4, "c": 0.15, "d": 0.05}
     assert stats.two_sample_chi_square(multinomial_counts(P, 3000, 1).elements(),
-                                       multinomial_counts(other, 3000, 2).elements()).rejects(ALPHA)
+                                       multinomial_counts(other, 3000, 2).elements()).rejects(SIGNIFICANCE)
 
 
 def test_tv_distance_of_exact_frequencies():
@@ -81,14 +81,14 @@ def test_emitted_token_counts_of_verify_match_target_by_chi_square():
     p, q = _pair()
     counts = stats.emitted_token_counts(sd.verify, p, q, 6000, torch.Generator().manual_seed(0))
     assert sum(counts.values()) == 6000
-    assert not stats.chi_square_gof(counts, stats.probs_to_dict(p)).rejects(ALPHA)
+    assert not stats.chi_square_gof(counts, stats.probs_to_dict(p)).rejects(SIGNIFICANCE)
 
 
 @pytest.mark.parametrize("broken", [verify_without_residual, verify_argmax])
 def test_emitted_token_counts_expose_broken_verify(broken):
     p, q = _pair()
     counts = stats.emitted_token_counts(broken, p, q, 6000, torch.Generator().manual_seed(0))
-    assert stats.chi_square_gof(counts, stats.probs_to_dict(p)).rejects(ALPHA)
+    assert stats.chi_square_gof(counts, stats.probs_to_dict(p)).rejects(SIGNIFICANCE)
 
 
 def test_emitted_token_counts_refuses_mismatched_shapes():
@@ -113,7 +113,7 @@ def test_emitted_distribution_predicts_the_no_residual_bug_monte_carlo():
     predicted = stats.emitted_distribution(p, q, resample_from=p)
     assert 0.5 * float((predicted - p).abs().sum()) > 0.02  # the bug really moves the distribution
     counts = stats.emitted_token_counts(verify_without_residual, p, q, 8000, torch.Generator().manual_seed(1))
-    assert not stats.chi_square_gof(counts, stats.probs_to_dict(predicted)).rejects(ALPHA)
+    assert not stats.chi_square_gof(counts, stats.probs_to_dict(predicted)).rejects(SIGNIFICANCE)
 
 
 def test_emitted_distribution_predicts_a_draft_that_sampled_from_something_else():
@@ -122,8 +122,8 @@ def test_emitted_distribution_predicts_a_draft_that_sampled_from_something_else(
     predicted = stats.emitted_distribution(p, q_claimed, sampled_from=q_actual)
     told = lambda toks, dp, tp, g=None: sd.verify(toks, q_claimed[None], tp, g)  # noqa: E731
     counts = stats.emitted_token_counts(told, p, q_actual, 8000, torch.Generator().manual_seed(2))
-    assert not stats.chi_square_gof(counts, stats.probs_to_dict(predicted)).rejects(ALPHA)
-    assert stats.chi_square_gof(counts, stats.probs_to_dict(p)).rejects(ALPHA)
+    assert not stats.chi_square_gof(counts, stats.probs_to_dict(predicted)).rejects(SIGNIFICANCE)
+    assert stats.chi_square_gof(counts, stats.probs_to_dict(p)).rejects(SIGNIFICANCE)
 
 
 def test_speculative_sequence_counts_returns_n_sequences_of_the_requested_length(toy_pair):
@@ -134,13 +134,13 @@ def test_speculative_sequence_counts_returns_n_sequences_of_the_requested_length
 
 
 def test_target_sequence_counts_match_exact_distribution(toy_pair):
-    from specdec_ref.toy import exact_sequence_distribution
+    from specdec_ref.models.toy import exact_sequence_distribution
     target, _ = toy_pair
     sampling = sd.SamplingConfig(0.8, top_k=4)
     exact = exact_sequence_distribution(target, [1, 2, 3], 3, sampling)
     counts = stats.target_sequence_counts(target, [1, 2, 3], 3, sampling, 20_000, torch.Generator().manual_seed(0),
                                           batch_size=7)
     assert sum(counts.values()) == 20_000
-    assert not stats.chi_square_gof(counts, exact).rejects(ALPHA)
+    assert not stats.chi_square_gof(counts, exact).rejects(SIGNIFICANCE)
     # power: the same samples are rejected against a different temperature's distribution
-    assert stats.chi_square_gof(counts, exact_sequence_distribution(target, [1, 2, 3], 3, sd.SamplingConfig(1.0))).rejects(ALPHA)
+    assert stats.chi_square_gof(counts, exact_sequence_distribution(target, [1, 2, 3], 3, sd.SamplingConfig(1.0))).rejects(SIGNIFICANCE)

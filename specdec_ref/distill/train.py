@@ -1,11 +1,11 @@
 """Distil a small draft from the offline target, on text the target itself writes (the DistillSpec recipe).
 
-    python -m specdec_ref.train_draft --out runs/draft           # data (resumable shards), then training
-    python -m specdec_ref.train_draft --out runs/quick --quick   # a few steps, for CI
-    python -m specdec_ref.train_draft --out runs/draft --export specdec_ref/weights/offline_draft
+    python -m specdec_ref.distill.train --out runs/draft           # data (resumable shards), then training
+    python -m specdec_ref.distill.train --out runs/quick --quick   # a few steps, for CI
+    python -m specdec_ref.distill.train --out runs/draft --export specdec_ref/weights/offline_draft
 
 Two stages, both resumable:
-1. **Data.** The target answers template chat prompts (`draft_prompts.training_prompts`) in batches,
+1. **Data.** The target answers template chat prompts (`distill.prompts.training_prompts`) in batches,
    sampling at a mix of temperatures. At every answer position we keep the target's top-k
    log-probabilities: the soft labels. Shards are written to <out>/data/ one by one.
 2. **Training.** The draft is a small Llama: the target's (frozen) embedding, a few layers copied from
@@ -27,11 +27,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from transformers import DynamicCache
 
-from . import offline_draft
-from .draft_prompts import chat_ids, training_prompts
+from ..models import offline_draft
+from ..models import encode_chat
+from .prompts import training_prompts
 
 
 @dataclass
@@ -122,7 +122,7 @@ def make_data(cfg: TrainConfig, target, tokenizer) -> list[dict]:
         if not shard.exists():
             g = torch.Generator().manual_seed(cfg.seed * 100_003 + i)
             temp = cfg.temperatures[i % len(cfg.temperatures)]
-            batch = [chat_ids(tokenizer, p)[0] for p in prompts[i * cfg.batch_prompts:(i + 1) * cfg.batch_prompts]]
+            batch = [encode_chat(tokenizer, p)[0] for p in prompts[i * cfg.batch_prompts:(i + 1) * cfg.batch_prompts]]
             tb = time.time()
             gen_model = gen_model or copy.deepcopy(target).to(getattr(torch, cfg.gen_dtype))
             new = sample_batch(gen_model, batch, cfg.max_new_tokens, temp, cfg.top_k_labels,
@@ -290,7 +290,7 @@ def run(cfg: TrainConfig, target=None, tokenizer=None):
     Path(cfg.out).mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(cfg.threads)
     if target is None:
-        from .models import load_offline_target
+        from ..models import load_offline_target
         target, tokenizer = load_offline_target()
     log(cfg, f"config: {json.dumps(asdict(cfg))}")
     rows = make_data(cfg, target, tokenizer)

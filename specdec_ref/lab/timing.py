@@ -13,8 +13,6 @@ Three groups of helpers:
 """
 from __future__ import annotations
 
-import statistics
-import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,88 +22,7 @@ from torch import nn
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 
-def default_device() -> torch.device:
-    """cuda, then mps, then cpu."""
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
-
-
-def synchronize(device: torch.device | str | None = None) -> None:
-    """Wait until all queued work on the device has finished (a no-op on the CPU)."""
-    device = torch.device(device) if device is not None else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
-
-
-def _half_iqr(values: Sequence[float]) -> float:
-    """Half the interquartile range (0 with fewer than 2 values): a spread that ignores outliers."""
-    if len(values) < 2:
-        return 0.0
-    q = statistics.quantiles(values, n=4, method="inclusive")
-    return (q[2] - q[0]) / 2
-
-
-@dataclass
-class Timing:
-    times: list[float]  # seconds, one per repeat
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.times)
-
-    @property
-    def spread(self) -> float:
-        """Half the interquartile range, in seconds (0 with fewer than 2 repeats)."""
-        return _half_iqr(self.times)
-
-
-@dataclass
-class Rate:
-    """Work per second, one value per timed repeat (bytes/s for bandwidth, FLOP/s for matmuls)."""
-    values: list[float]  # work / seconds, one per repeat
-    unit: str  # "B/s" or "FLOP/s"
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.values)
-
-    @property
-    def spread(self) -> float:
-        """Half the interquartile range, in the same unit."""
-        return _half_iqr(self.values)
-
-    def __str__(self) -> str:
-        g = 1e9
-        return f"{self.median / g:.1f} ± {self.spread / g:.1f} G{self.unit}"
-
-
-def time_fn(fn: Callable[[], object], device: torch.device | str | None = None,
-            warmup: int = 1, repeats: int = 5, setup: Callable[[], object] | None = None) -> Timing:
-    """Run fn warmup times untimed, then time `repeats` calls, synchronising around each.
-
-    `setup`, if given, runs untimed before every call (e.g. to reset a KV cache).
-    """
-    if repeats < 1 or warmup < 0:
-        raise ValueError(f"need repeats >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}")
-    for _ in range(warmup):
-        if setup is not None:
-            setup()
-        fn()
-    times = []
-    for _ in range(repeats):
-        if setup is not None:
-            setup()
-        synchronize(device)
-        t0 = time.perf_counter()
-        fn()
-        synchronize(device)
-        times.append(time.perf_counter() - t0)
-    return Timing(times)
+from ..device import Rate, Timing, default_device, time_fn
 
 
 # ---------------------------------------------------------------------------------------------

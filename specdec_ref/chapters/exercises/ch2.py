@@ -9,11 +9,11 @@ from typing import Callable
 
 import torch
 
-from ..broken import using_verify
-from ..sampling import SamplingConfig, logits_to_probs
-from ..stats import ALPHA, chi_square_gof, emitted_token_counts
-from ..verify import verify
-from .ch3 import _attempted, random_pairs, toy_exactness_test
+from ...lab.broken import using_verify
+from ...sampling import SamplingConfig, logits_to_probs
+from ...lab.stats import SIGNIFICANCE, chi_square_gof, emitted_token_counts
+from ...verify import verify
+from .common import attempted, random_pairs, toy_exactness_test
 
 GREEDY = SamplingConfig(temperature=0)
 
@@ -38,7 +38,7 @@ def greedy_cases(n: int = 300, vocab: int = 10, seed: int = 0):
 def check_greedy_verify(fn: Callable) -> None:
     """fn(draft_tokens [γ], target_logits [γ+1, V]) -> (n_accepted, next_token)."""
     d0, l0 = next(greedy_cases(1))
-    if not _attempted(fn, d0, l0):
+    if not attempted(fn, d0, l0):
         return
     for draft, logits in greedy_cases():
         target_probs = logits_to_probs(logits, GREEDY)  # one-hot rows
@@ -55,21 +55,21 @@ def check_greedy_verify(fn: Callable) -> None:
           "(every accepted length 0..γ, ties included).")
 
 
-def check_fixed_verify(fn: Callable, n_single: int = 6000, n_sequences: int = 1500) -> None:
+def check_fixed_verify(fn: Callable, n_single: int = 6000, n_sequences: int = 2000) -> None:
     """fn has verify's signature. It must be exact for sampling: one position by Monte Carlo, then
-    whole sequences on the toy pair, each with a chi-square test at level ALPHA."""
+    whole sequences on the toy pair, each with a chi-square test at level SIGNIFICANCE."""
     p0, q0 = next(random_pairs(1))
-    if not _attempted(fn, torch.tensor([0]), q0[None], torch.stack([p0, p0])):
+    if not attempted(fn, torch.tensor([0]), q0[None], torch.stack([p0, p0])):
         return
     p, q = next(random_pairs(1, seed=5))
     counts = emitted_token_counts(fn, p, q, n_single, torch.Generator().manual_seed(0))
     one = chi_square_gof(counts, {i: float(v) for i, v in enumerate(p)})
-    print(f"One position, {n_single} draws, chi-square against p_target: {one}, α = {ALPHA}")
-    assert not one.rejects(ALPHA), "the first emitted token is not distributed as p_target"
+    print(f"One position, {n_single} draws, chi-square against p_target: {one}, significance level {SIGNIFICANCE}")
+    assert not one.rejects(SIGNIFICANCE), "the first emitted token is not distributed as p_target"
     with using_verify(fn):
-        seq = toy_exactness_test(n_sequences, gamma=3)
-    print(f"Three-token sequences on the toy pair (γ = 3): {seq}, α = {ALPHA}")
-    assert not seq.rejects(ALPHA), "whole sequences are not distributed as the target's"
+        seq = toy_exactness_test(n_sequences, gamma=4)
+    print(f"Five-token sequences on the toy pair (γ = 4): {seq}, significance level {SIGNIFICANCE}")
+    assert not seq.rejects(SIGNIFICANCE), "whole sequences are not distributed as the target's"
     print("Passed: neither test can tell your verify from sampling the target.")
 
 

@@ -6,24 +6,18 @@ AssertionError with a hint; a right one prints why it is right.
 """
 from __future__ import annotations
 
-from .. import timing
+from ...lab import timing
+from .common import answered
 
 
 def _close(answer: float, truth: float, rel: float) -> bool:
     return abs(answer - truth) <= rel * abs(truth)
 
 
-def _pending(answer, what: str) -> bool:
-    if answer is None:
-        print(f"Not answered yet: set it to {what} and run the cell again.")
-        return True
-    return False
-
-
 def check_step_time(answer_s: float | None, n_bytes: float, bandwidth: float, measured_s: float | None = None,
                     rel: float = 0.05) -> None:
     """Exercise 1: the fastest a decode step can be is (bytes it must read) / (bandwidth), in seconds."""
-    if _pending(answer_s, "your predicted step time in seconds"):
+    if not answered(answer_s, "your predicted step time in seconds"):
         return
     truth = n_bytes / bandwidth
     assert answer_s > 0, "a time must be positive (seconds)"
@@ -41,7 +35,7 @@ def check_step_time(answer_s: float | None, n_bytes: float, bandwidth: float, me
 
 def check_intensity(answer: float | None, k: int, bytes_per_param: float, rel: float = 0.02) -> None:
     """Exercise 2: FLOPs per weight byte of a k-token pass (weights only): 2k / bytes_per_param."""
-    if _pending(answer, "the arithmetic intensity in FLOP/byte"):
+    if not answered(answer, "the arithmetic intensity in FLOP/byte"):
         return
     truth = 2 * k / bytes_per_param
     assert not _close(answer, k / bytes_per_param, rel), \
@@ -55,7 +49,7 @@ def check_intensity(answer: float | None, k: int, bytes_per_param: float, rel: f
 def check_knee(answer_k: float | None, peak_flops: float, bandwidth: float, bytes_per_param: float,
                rel: float = 0.1) -> None:
     """Exercise 3: the k where a pass turns compute-bound: 2k / bytes_per_param = peak / bandwidth."""
-    if _pending(answer_k, "the number of tokens k at the knee"):
+    if not answered(answer_k, "the number of tokens k at the knee"):
         return
     ridge = timing.ridge_point(peak_flops, bandwidth)
     truth = ridge * bytes_per_param / 2
@@ -69,7 +63,7 @@ def check_knee(answer_k: float | None, peak_flops: float, bandwidth: float, byte
 def check_kv_cache_bytes(answer: float | None, model, context_len: int, batch_size: int = 1,
                          rel: float = 0.02) -> None:
     """Exercise 4: bytes of the KV cache = 2 x layers x kv heads x head dim x tokens x batch x bytes per value."""
-    if _pending(answer, "the KV cache size in bytes"):
+    if not answered(answer, "the KV cache size in bytes"):
         return
     truth = timing.kv_cache_bytes(model, context_len, batch_size)
     assert not _close(answer, truth / 2, rel), "half of it: remember both keys and values are cached"

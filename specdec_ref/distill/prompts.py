@@ -131,9 +131,3 @@ def training_prompts(n: int, seed: int = 0) -> list[str]:
         raise ValueError(f"asked for {n} training prompts, but the templates make only {len(combos)}")
     random.Random(seed).shuffle(combos)  # a fixed order: asking for more prompts only appends to the list
     return [t.format(topic=p) + s for t, p, s in combos[:n]]
-
-
-def chat_ids(tokenizer, prompt: str):  # -> [1, T]
-    """A one-turn chat prompt with the generation prompt appended, as the target's chat template writes it."""
-    msgs = [{"role": "user", "content": prompt}]
-    return tokenizer.apply_chat_template(msgs, add_generation_prompt=True, return_tensors="pt")["input_ids"]

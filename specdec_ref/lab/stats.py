@@ -13,7 +13,7 @@ from typing import Hashable, Iterable, Mapping
 import numpy as np
 from scipy import stats as _scipy_stats
 
-ALPHA = 0.001  # default significance level: a correct sampler fails a given test 1 time in 1000
+SIGNIFICANCE = 0.001  # default significance level: a correct sampler fails a given test 1 time in 1000
 
 
 @dataclass
@@ -24,8 +24,8 @@ class TestResult:
     n: int  # sample size
     bins: int  # bins after pooling
 
-    def rejects(self, alpha: float = ALPHA) -> bool:
-        return self.p_value < alpha
+    def rejects(self, level: float = SIGNIFICANCE) -> bool:
+        return self.p_value < level
 
     def __str__(self) -> str:
         return f"chi2={self.statistic:.2f}, dof={self.dof}, n={self.n}, p={self.p_value:.3g}"
@@ -151,7 +151,7 @@ def speculative_sequence_counts(target, draft, prompt: list[int], n_tokens: int,
     """Counts of the first n_tokens of n speculative generations from the same prompt."""
     import torch
 
-    from .generate import speculative_generate
+    from ..generate import speculative_generate
     ids = torch.tensor([prompt], device=next(target.parameters()).device)  # [1, T]
     return Counter(tuple(speculative_generate(target, draft, ids, n_tokens, gamma=gamma, sampling=sampling,
                                               generator=generator).tokens.tolist()) for _ in range(n))
@@ -167,7 +167,7 @@ def target_sequence_counts(model, prompt: list[int], n_tokens: int, sampling, n:
     """
     import torch
 
-    from .sampling import logits_to_probs
+    from ..sampling import logits_to_probs
     groups: Counter = Counter({(): n})  # prefix -> number of samples that share it
     device = next(model.parameters()).device
     with torch.inference_mode():
@@ -193,7 +193,7 @@ def emitted_distribution(target_probs, draft_probs, sampled_from=None, resample_
     """
     import torch
 
-    from .verify import residual
+    from ..verify import residual
     s = draft_probs if sampled_from is None else sampled_from
     r = residual(target_probs, draft_probs) if resample_from is None else resample_from
     ratio = torch.where(draft_probs > 0, target_probs / draft_probs.clamp(min=torch.finfo(draft_probs.dtype).tiny),

@@ -16,10 +16,10 @@ import numpy as np
 import torch
 from matplotlib.patches import Patch, Rectangle
 
-from .models import encode_chat
-from .generate import Generation, Step, speculative_generate
-from .sampling import SamplingConfig
-from .verify import accepted_mass, residual
+from ..models import encode_chat
+from ..generate import Generation, Step, speculative_generate
+from ..sampling import SamplingConfig
+from ..verify import accepted_mass, residual
 
 # One colour per fate a token can meet in an iteration (colour-blind-safe Okabe-Ito hues).
 KIND_COLORS = {
@@ -76,8 +76,8 @@ def record(target, draft, input_ids: torch.Tensor, max_new_tokens: int, gamma: i
            eos_token_id: int | None = None) -> Trace:
     """Run speculative_generate and keep the `Step` record of every iteration."""
     steps: list[Step] = []
-    gen = speculative_generate(target, draft, input_ids, max_new_tokens, gamma, sampling, generator,
-                               eos_token_id, on_step=steps.append)
+    gen = speculative_generate(target, draft, input_ids, max_new_tokens, gamma=gamma, sampling=sampling,
+                               generator=generator, eos_token_id=eos_token_id, on_step=steps.append)
     return Trace(input_ids[0].long(), gen, steps, gamma)
 
 
@@ -335,20 +335,23 @@ def pq_explorer(target_weights: Sequence[float], draft_weights: Sequence[float],
         return [widgets.FloatSlider(value=float(w), min=0.0, max=1.0, step=0.01, description=f"{prefix} {l}",
                                     continuous_update=False) for w, l in zip(weights, labels)]
     ps, qs = sliders(target_weights, "p_target"), sliders(draft_weights, "p_draft")
-    out = widgets.Output()
+    out, beta = widgets.Output(), widgets.HTML()
 
     def redraw(_=None):
+        p, q = [s.value for s in ps], [s.value for s in qs]
+        if sum(p) <= 0 or sum(q) <= 0:  # nothing to normalise: say so instead of drawing
+            beta.value = "<b>Give at least one token a positive weight in each distribution.</b>"
+            return
+        parts = mass_decomposition(normalise(p), normalise(q))
+        beta.value = f"β = Σ min(p_target, p_draft) = {float(parts['beta']):.3f}"
         with out:
             out.clear_output(wait=True)
-            try:
-                plot_mass(normalise([s.value for s in ps]), normalise([s.value for s in qs]), labels)
-                plt.show()
-            except ValueError as e:
-                print(e)
+            plot_mass(normalise(p), normalise(q), labels)
+            plt.show()
     for s in ps + qs:
         s.observe(redraw, names="value")
     redraw()
-    ui = widgets.VBox([widgets.HBox([widgets.VBox(ps), widgets.VBox(qs)]), out])
+    ui = widgets.VBox([widgets.HBox([widgets.VBox(ps), widgets.VBox(qs)]), beta, out])
     display(ui)
     return ui
 
@@ -381,23 +384,23 @@ def plot_counts_vs_probs(counts: Mapping, probs: Mapping, labels: Mapping | None
     return fig
 
 
-def plot_p_values(results: Mapping[str, float], alpha: float, ax=None, floor: float = 1e-300,
+def plot_p_values(results: Mapping[str, float], level: float, ax=None, floor: float = 1e-300,
                   title: str | None = None):
-    """Horizontal bars of -log10(p) per sampler, with the rejection threshold -log10(alpha)."""
+    """Horizontal bars of -log10(p) per sampler, with the rejection threshold -log10(level)."""
     names = list(results)
     ps = np.array([max(float(results[k]), floor) for k in names])
     fig, ax = (ax.get_figure(), ax) if ax is not None else plt.subplots(figsize=(8, 0.5 + 0.5 * len(names)))
-    colors = ["#d55e00" if p < alpha else "#009e73" for p in ps]
+    colors = ["#d55e00" if p < level else "#009e73" for p in ps]
     y = np.arange(len(names))[::-1]
     ax.barh(y, -np.log10(ps), color=colors)
-    ax.axvline(-math.log10(alpha), color="black", ls="--", lw=1, label=f"reject below p = {alpha:g}")
+    ax.axvline(-math.log10(level), color="black", ls="--", lw=1, label=f"reject below p = {level:g}")
     ax.set_yticks(y, names)
     ax.set_xscale("symlog", linthresh=10)
     ax.set_xlabel("−log10(p-value)  (longer bar: stronger evidence of a wrong distribution)")
     for yi, p in zip(y, ps):
         ax.text(-math.log10(p), yi, f" p = {p:.2g}" if p > floor else f" p < {floor:g}", va="center", fontsize=8)
-    n_rej = int((ps < alpha).sum())
-    ax.set_title(title or f"{n_rej} of {len(names)} tests reject at α = {alpha:g}", fontsize=11)
+    n_rej = int((ps < level).sum())
+    ax.set_title(title or f"{n_rej} of {len(names)} tests reject at significance level {level:g}", fontsize=11)
     ax.legend(frameon=False, fontsize=8, loc="lower right")
     fig.tight_layout()
     return fig

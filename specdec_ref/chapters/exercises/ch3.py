@@ -11,36 +11,10 @@ from typing import Callable
 
 import torch
 
-from ..sampling import SamplingConfig
-from ..stats import ALPHA, TestResult, chi_square_gof, speculative_sequence_counts
-from ..verify import accepted_mass, residual
+from ...lab.stats import SIGNIFICANCE
+from ...verify import accepted_mass, residual
+from .common import N_TOKENS, attempted, random_pairs, toy_exactness_test
 
-# The exactness test of tests/test_exactness.py, in miniature: a 6-token float64 Llama and a perturbed
-# copy as its draft, the next 3 tokens after PROMPT, a chi-square goodness-of-fit at level ALPHA.
-PROMPT = [1, 2, 3]
-N_TOKENS = 3
-
-
-def _attempted(fn: Callable, *args) -> bool:
-    try:
-        fn(*args)
-    except NotImplementedError:
-        print("Not attempted yet: replace the `raise NotImplementedError` with your code and run this cell again.")
-        return False
-    return True
-
-
-def random_pairs(n: int = 200, vocab: int = 6, seed: int = 0):
-    """Random (target_probs, draft_probs) pairs in float64, including equal and disjoint ones."""
-    g = torch.Generator().manual_seed(seed)
-    for i in range(n):
-        p = torch.rand(vocab, generator=g, dtype=torch.float64) ** 3
-        q = torch.rand(vocab, generator=g, dtype=torch.float64) ** 3
-        if i % 10 == 1:
-            q = p.clone()  # identical: the residual is never used, but must not be NaN
-        if i % 10 == 2:
-            p[: vocab // 2], q[vocab // 2:] = 0, 0  # disjoint supports: every draft is rejected
-        yield p / p.sum(), q / q.sum()
 
 
 @contextlib.contextmanager
@@ -55,26 +29,10 @@ def using_residual(fn: Callable):
         module.residual = original
 
 
-def toy_exactness_test(n: int = 1500, gamma: int = 2, sampling: SamplingConfig = SamplingConfig(1.0),
-                       seed: int = 0) -> TestResult:
-    """Speculative samples on the toy pair against the exact 3-token distribution (chi-square)."""
-    from ..toy import exact_sequence_distribution, tiny_pair
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the toy's matrices are too small to split: one thread is fastest
-    try:
-        target, draft = tiny_pair(vocab_size=6, seed=0, noise=0.15)
-        exact = exact_sequence_distribution(target, PROMPT, N_TOKENS, sampling)
-        counts = speculative_sequence_counts(target, draft, PROMPT, N_TOKENS, gamma, sampling, n,
-                                             torch.Generator().manual_seed(seed))
-    finally:
-        torch.set_num_threads(threads)
-    return chi_square_gof(counts, exact)
-
-
 def check_residual(fn: Callable, n_samples: int = 1500) -> None:
     """fn(target_probs [V], draft_probs [V]) -> residual [V]. Judged exactly, then by the exactness test."""
     p0, q0 = next(random_pairs(1))
-    if not _attempted(fn, p0, q0):
+    if not attempted(fn, p0, q0):
         return
     for p, q in random_pairs():
         r = fn(p, q)
@@ -90,8 +48,8 @@ def check_residual(fn: Callable, n_samples: int = 1500) -> None:
     with using_residual(fn):
         result = toy_exactness_test(n_samples)
     print(f"Exactness test with your residual inside verify: chi-square on {result.n} speculative samples "
-          f"of 3 tokens, {result}, α = {ALPHA}")
-    assert not result.rejects(ALPHA), "the speculative samples do not follow the target distribution"
+          f"of {N_TOKENS} tokens, {result}, significance level {SIGNIFICANCE}")
+    assert not result.rejects(SIGNIFICANCE), "the speculative samples do not follow the target distribution"
     print("Passed: the package's own exactness test cannot tell your residual from the reference.")
 
 
@@ -110,9 +68,9 @@ def check_beta(target_probs, draft_probs, answer: float) -> None:
 
 def check_no_residual_distribution(fn: Callable) -> None:
     """fn(target_probs, draft_probs) -> the exact output distribution of a verify that, after a rejection,
-    resamples from p_target instead of the residual (specdec_ref.broken.verify_without_residual)."""
+    resamples from p_target instead of the residual (specdec_ref.lab.broken.verify_without_residual)."""
     p0, q0 = next(random_pairs(1))
-    if not _attempted(fn, p0, q0):
+    if not attempted(fn, p0, q0):
         return
     for p, q in random_pairs(100):
         beta = accepted_mass(p, q).sum()

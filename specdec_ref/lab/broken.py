@@ -10,8 +10,8 @@ from typing import Callable
 
 import torch
 
-from .sampling import SamplingConfig, logits_to_probs, sample
-from .verify import residual
+from ..sampling import SamplingConfig, logits_to_probs, sample
+from ..verify import residual
 
 
 def verify_without_residual(draft_tokens, draft_probs, target_probs, generator=None):
@@ -79,10 +79,25 @@ class DraftProcessedDifferently:
 @contextlib.contextmanager
 def using_verify(fn: Callable):
     """Run `speculative_generate` with a different verify function inside the block (tests and chapter 3 only)."""
-    from . import generate
+    from .. import generate
     original = generate.verify
     generate.verify = fn
     try:
         yield
     finally:
         generate.verify = original
+
+
+def verify_late_without_residual(draft_tokens, draft_probs, target_probs, generator=None, first_wrong: int = 2):
+    """Bug that hides at the front: correct for draft positions 0 and 1, no residual from position 2 on.
+
+    A test that only ever drafts one or two tokens cannot see it; the sequence-level tests must.
+    """
+    for i in range(draft_tokens.shape[0]):
+        x = draft_tokens[i]
+        u = torch.rand((), generator=generator, device=target_probs.device, dtype=target_probs.dtype)
+        if u * draft_probs[i, x] < target_probs[i, x]:
+            continue
+        wrong = i >= first_wrong
+        return i, sample(target_probs[i] if wrong else residual(target_probs[i], draft_probs[i]), generator)
+    return draft_tokens.shape[0], sample(target_probs[-1], generator)

@@ -1,4 +1,4 @@
-"""The distilled draft for the offline target (trained by `python -m specdec_ref.train_draft`).
+"""The distilled draft for the offline target (trained by `python -m specdec_ref.distill.train`).
 
 The draft is an ordinary `LlamaForCausalLM` with a few layers, built at load time from
   * the target's own token embedding (shared, frozen, so it is not shipped), and
@@ -95,7 +95,7 @@ def load(target, directory: Path | str | None = None):
     """The shipped draft for `target` (the offline SmolLM2-135M-Instruct), on its device and dtype."""
     directory = Path(directory) if directory is not None else WEIGHTS_DIR
     if not (directory / "config.json").exists():
-        raise ValueError(f"no draft weights in {directory}; train them with: python -m specdec_ref.train_draft")
+        raise ValueError(f"no draft weights in {directory}; train them with: python -m specdec_ref.distill.train")
     arch = json.loads((directory / "config.json").read_text())
     state = load_file(directory / "model.safetensors")
     if target.config.vocab_size != target.get_input_embeddings().weight.shape[0] or \

@@ -11,7 +11,7 @@ import itertools
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from .sampling import SamplingConfig, logits_to_probs
+from ..sampling import SamplingConfig, logits_to_probs
 
 
 def tiny_llama(vocab_size: int = 6, seed: int = 0, n_layers: int = 1, hidden: int = 16,

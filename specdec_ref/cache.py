@@ -1,0 +1,37 @@
+"""A causal LM together with its KV cache: feed it only the tokens it has not seen, crop it on rejection."""
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+
+def vocab_size(model) -> int:
+    """The number of logits a model emits per position (what draft and target must agree on)."""
+    return model.get_output_embeddings().weight.shape[0] if hasattr(model, "get_output_embeddings") \
+        and model.get_output_embeddings() is not None else model.config.vocab_size
+
+
+class CachedModel:
+    """A causal LM plus its KV cache, fed only the tokens it has not seen yet."""
+
+    def __init__(self, model):
+        self.model = model
+        self.cache = DynamicCache()
+        self.n_cached = 0  # how many context tokens the cache holds
+        self.calls = 0  # forward passes so far
+
+    def logits(self, context_ids: torch.Tensor) -> torch.Tensor:  # [T] -> [k, V], k = T - n_cached
+        """Run the model on context_ids[n_cached:], extending the cache; return their logits."""
+        new = context_ids[self.n_cached:]
+        out = self.model(input_ids=new[None], cache=self.cache, use_cache=True)
+        self.n_cached = context_ids.shape[0]
+        self.calls += 1
+        return out.logits[0]  # [1, k, V] -> [k, V]
+
+    def rollback(self, n_tokens: int) -> None:
+        """Crop the cache to its first n_tokens (transformers 5: crop takes minus the number to drop)."""
+        if n_tokens == 0:
+            self.cache, self.n_cached = DynamicCache(), 0
+        elif n_tokens < self.n_cached:
+            self.cache.crop(-(self.n_cached - n_tokens))
+            self.n_cached = n_tokens

@@ -1,0 +1,166 @@
+"""Side-by-side benchmark: plain decoding, our speculative loop, Hugging Face assisted generation,
+and the speedup the Leviathan et al. formula predicts from the measured α and cost ratio c.
+
+Every method runs on the same prompts in the same process, interleaved prompt by prompt, so the
+ratios printed compare like with like on whatever else the machine is doing.
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+
+from ..models import encode_chat
+from ..generate import Generation, Stats, autoregressive_generate, speculative_generate
+from ..sampling import SamplingConfig
+from ..device import synchronize
+from .speedup import predicted_speedup
+from .timing import forward_latency
+
+BENCH_PROMPTS = [  # chat prompts for benchmarks; none of them is in the draft's training prompts
+    "Explain why the sky is blue to a ten-year-old.",
+    "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+    "What are three tips for staying focused while studying?",
+    "Describe how a bicycle works.",
+    "Give me a simple recipe for tomato soup.",
+    "Why do cats purr?",
+    "Summarise the water cycle in a few sentences.",
+    "Write a friendly email inviting a colleague to lunch.",
+]
+
+
+@torch.inference_mode()
+def decode_step_seconds(model, input_ids: torch.Tensor, repeats: int = 20) -> float:
+    """Median time of one cached one-token decode step after a prompt of this length (device synchronised)."""
+    return forward_latency(model, 1, context_len=input_ids.shape[1], warmup=2, repeats=repeats).median
+
+
+@dataclass
+class Row:
+    """One line of a side-by-side table: a method's tokens and time summed over prompts."""
+    method: str  # what ran
+    tokens: int = 0  # new tokens produced, summed over prompts
+    seconds: float = 0.0  # wall time, summed over prompts
+    stats: Stats | None = None  # the speculative rows' iterations, merged over prompts (None for the others)
+
+    def add(self, out: Generation | tuple[int, float]) -> None:
+        """Add one prompt's result: a Generation, or (tokens, seconds) from a method that has no Stats."""
+        if isinstance(out, tuple):
+            self.tokens, self.seconds = self.tokens + out[0], self.seconds + out[1]
+            return
+        self.tokens, self.seconds = self.tokens + out.tokens.shape[0], self.seconds + out.stats.seconds
+        if out.stats.drafted:
+            self.stats = self.stats or Stats()
+            self.stats.accepted += out.stats.accepted
+            self.stats.drafted += out.stats.drafted
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds else float("nan")
+
+    @property
+    def alpha(self) -> float | None:
+        return None if self.stats is None else self.stats.alpha
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return None if self.stats is None else self.stats.acceptance_rate
+
+    def as_dict(self, base_tokens_per_second: float) -> dict:
+        return {"method": self.method, "tokens": self.tokens, "seconds": self.seconds,
+                "tokens_per_second": self.tokens_per_second, "alpha": self.alpha,
+                "acceptance_rate": self.acceptance_rate,
+                "speedup_vs_plain": self.tokens_per_second / base_tokens_per_second}
+
+
+def cost_ratio(target, draft, input_ids: torch.Tensor, repeats: int = 20) -> float:
+    """c = one cached draft decode step / one cached target decode step, after a prompt of this length."""
+    return decode_step_seconds(draft, input_ids, repeats) / decode_step_seconds(target, input_ids, repeats)
+
+
+def run_interleaved(methods: dict[str, Callable], encoded: list[torch.Tensor], progress=print) -> dict[str, Row]:
+    """Run every method on every prompt, prompt by prompt, so that background load hits every method alike.
+
+    A method returns a Generation, or (new tokens, seconds) if it is not ours (Hugging Face's).
+    """
+    for run in methods.values():  # warm-up: first calls allocate and load kernels
+        run(encoded[0][:, :8])
+    rows = {name: Row(name) for name in methods}
+    for i, ids in enumerate(encoded):
+        for name, run in methods.items():
+            rows[name].add(run(ids))
+        progress(f"prompt {i + 1}/{len(encoded)} done")
+    return rows
+
+
+def hf_generate(target, ids, max_new_tokens, sampling, generator, **assist) -> tuple[int, float]:  # [1, T] ->
+    """Hugging Face `generate` (plain, or assisted with `assistant_model=`), timed -> (new tokens, seconds)."""
+    kwargs = dict(max_new_tokens=max_new_tokens, min_new_tokens=0, do_sample=not sampling.greedy,
+                  pad_token_id=target.config.eos_token_id, attention_mask=torch.ones_like(ids))
+    if not sampling.greedy:
+        kwargs.update(temperature=sampling.temperature, top_k=sampling.top_k or 0, top_p=sampling.top_p or 1.0)
+        torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=generator, device=generator.device)))  # HF uses the global RNG
+    synchronize(ids.device)
+    t0 = time.perf_counter()
+    out = target.generate(ids, **kwargs, **assist)
+    synchronize(ids.device)
+    return out.shape[1] - ids.shape[1], time.perf_counter() - t0
+
+
+def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: int = 64, gamma: int = 4,
+              sampling: SamplingConfig = SamplingConfig(temperature=0), seed: int = 0, hf: bool = True,
+              progress=print) -> dict:
+    """Run every method on every prompt (interleaved) and return the table as a dict (see `format_table`)."""
+    eos = tokenizer.eos_token_id
+    device = next(target.parameters()).device
+    encoded = [encode_chat(tokenizer, p, device) for p in prompts]
+    g = torch.Generator(device=device).manual_seed(seed)
+    opts = dict(sampling=sampling, generator=g, eos_token_id=eos)
+    methods = {
+        "plain (target only)": lambda ids: autoregressive_generate(target, ids, max_new_tokens, **opts),
+        f"speculative, ours (γ={gamma})": lambda ids: speculative_generate(target, draft, ids, max_new_tokens,
+                                                                            gamma=gamma, **opts),
+    }
+    if hf:
+        methods["HF generate, plain"] = lambda ids: hf_generate(target, ids, max_new_tokens, sampling, g)
+        methods["HF assisted, its defaults"] = lambda ids: hf_generate(target, ids, max_new_tokens, sampling, g,
+                                                                       assistant_model=draft)
+        methods[f"HF assisted, γ={gamma} constant"] = lambda ids: hf_generate(
+            target, ids, max_new_tokens, sampling, g, assistant_model=draft, num_assistant_tokens=gamma,
+            num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
+    rows = run_interleaved(methods, encoded, progress)
+    spec = rows[f"speculative, ours (γ={gamma})"]
+    alpha = spec.alpha if spec.alpha is not None else float("nan")
+    c = cost_ratio(target, draft, encoded[0])
+    base = rows["plain (target only)"].tokens_per_second
+    return {
+        "settings": {"max_new_tokens": max_new_tokens, "gamma": gamma, "sampling": asdict(sampling),
+                     "prompts": len(prompts), "seed": seed, "device": str(device),
+                     "torch_threads": torch.get_num_threads()},
+        "rows": [r.as_dict(base) for r in rows.values()],
+        "alpha": alpha, "cost_ratio_c": c,
+        "predicted_speedup": predicted_speedup(alpha, gamma, c) if alpha == alpha else float("nan"),
+    }
+
+
+def format_table(result: dict) -> str:
+    """A Markdown table of the benchmark, ending with the formula's prediction."""
+    lines = ["| method | tokens | seconds | tokens/s | speedup vs plain | accepted / drafted | α per token |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in result["rows"]:
+        a = "" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.2f}"
+        al = "" if r["alpha"] is None else f"{r['alpha']:.2f}"
+        lines.append(f"| {r['method']} | {r['tokens']} | {r['seconds']:.2f} | {r['tokens_per_second']:.1f} | "
+                     f"{r['speedup_vs_plain']:.2f}× | {a} | {al} |")
+    s = result["settings"]
+    lines.append(f"| predicted by (1-α^(γ+1))/((1-α)(γc+1)), α={result['alpha']:.2f}, c={result['cost_ratio_c']:.3f}, "
+                 f"γ={s['gamma']} | | | | {result['predicted_speedup']:.2f}× | | |")
+    return "\n".join(lines)
+
+
+def save_json(result: dict, path: str) -> None:
+    with open(path, "w") as f:
+        json.dump(result, f, indent=2)
