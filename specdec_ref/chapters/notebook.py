@@ -1,15 +1,38 @@
-"""Small helpers shared by the chapters: quick mode, showing package source, the knobs."""
+"""Small helpers shared by the chapters: quick mode, showing package source, gluing numbers into prose."""
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import os
 
 QUICK = os.environ.get("SPECDEC_QUICK", "0") not in ("", "0", "false", "False")  # CI sets SPECDEC_QUICK=1
 
+GLUE_PREFIX = "application/papermill.record/"  # MyST-NB's mime prefix for values glued with display=False
 
-def quick(full, small):
-    """`small` under SPECDEC_QUICK=1 (CI), `full` otherwise."""
-    return small if QUICK else full
+
+def quick(full, small, quick_mode: bool | None = None):
+    """`small` in quick mode (SPECDEC_QUICK=1, or quick_mode=True from a chapter's knobs cell), else `full`."""
+    return small if (QUICK if quick_mode is None else quick_mode) else full
+
+
+def glue(name: str, value, display: bool = True) -> None:
+    """Store a value under `name` for the book's `{glue:text}` roles, with or without MyST-NB installed.
+
+    MyST-NB reads glued values from the cell's outputs: a display_data output whose metadata names the
+    value. This writes the same output MyST-NB's own `glue` writes, so a chapter executed where MyST-NB
+    is missing (Colab, a reader's laptop) still renders correctly when the book is built from it.
+    The chapters print every headline number as well, because Colab shows `{glue:text}` roles as raw text.
+    """
+    if importlib.util.find_spec("myst_nb") is not None:
+        from myst_nb import glue as myst_glue
+        myst_glue(name, value, display=display)
+        return
+    from IPython.core.formatters import format_display_data
+    from IPython.display import display as ipy_display
+    bundle, metadata = format_display_data(value)
+    prefix = "" if display else GLUE_PREFIX
+    metadata["scrapbook"] = dict(name=name, mime_prefix=prefix)
+    ipy_display({prefix + k: v for k, v in bundle.items()}, raw=True, metadata=metadata)
 
 
 def show_source(obj) -> None:
@@ -19,8 +42,8 @@ def show_source(obj) -> None:
 
 
 def in_colab() -> bool:
+    """True inside Google Colab."""
     try:
-        import google.colab  # noqa: F401
-        return True
-    except ImportError:
+        return importlib.util.find_spec("google.colab") is not None
+    except ModuleNotFoundError:  # no `google` package at all
         return False
