@@ -3,6 +3,7 @@
     python -m specdec_ref --prompt "Why is the sea salty?"          # offline pair, greedy
     python -m specdec_ref --pair qwen2.5 --temperature 0.7           # a Hub pair (needs network, ideally a GPU)
     python -m specdec_ref bench --max-new-tokens 64 --json bench.json
+    python -m specdec_ref diagnose --prompts 4 --json diagnose.json  # will it pay off here? which γ?
 """
 from __future__ import annotations
 
@@ -90,6 +91,21 @@ def bench_main(args) -> None:
         print(f"written to {args.json}", file=sys.stderr)
 
 
+def diagnose_main(args) -> None:
+    from .lab.diagnose import diagnose, format_report
+    target, draft, tokenizer = _load(args)
+    device = next(target.parameters()).device
+    encoded = [encode_chat(tokenizer, p, device) for p in bench.BENCH_PROMPTS[: args.prompts]]
+    result = diagnose(target, draft, encoded, gamma_max=args.gamma_max, max_new_tokens=args.max_new_tokens,
+                      sampling=SamplingConfig(args.temperature, args.top_k, args.top_p), seed=args.seed,
+                      eos_token_id=tokenizer.eos_token_id, progress=lambda m: print(m, file=sys.stderr, flush=True))
+    result["settings"]["pair"] = args.pair
+    print(format_report(result))
+    if args.json:
+        bench.save_json(result, args.json)
+        print(f"written to {args.json}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="python -m specdec_ref", description=__doc__,
@@ -103,7 +119,12 @@ def main(argv: list[str] | None = None) -> None:
     b.add_argument("--prompts", type=int, default=len(bench.BENCH_PROMPTS), help="how many benchmark prompts")
     b.add_argument("--json", default="bench_results.json", help="where to write the table as JSON ('' for none)")
     b.add_argument("--no-hf", action="store_true", help="skip the Hugging Face assisted-generation rows")
-    if not argv or argv[0] not in ("generate", "bench", "-h", "--help"):
+    d = sub.add_parser("diagnose", help="measure α, c, t(k), overhead; recommend a γ or say why it won't pay off")
+    _common(d)
+    d.add_argument("--prompts", type=int, default=4, help="how many benchmark prompts")
+    d.add_argument("--gamma-max", type=int, default=8, help="largest γ to consider")
+    d.add_argument("--json", default="", help="also write the measurements and verdict as JSON to this path")
+    if not argv or argv[0] not in ("generate", "bench", "diagnose", "-h", "--help"):
         argv = ["generate", *argv]
     args = parser.parse_args(argv)
     if args.threads:
@@ -112,9 +133,11 @@ def main(argv: list[str] | None = None) -> None:
         SamplingConfig(args.temperature, args.top_k, args.top_p)
         if args.gamma < 1:
             raise ValueError(f"--gamma must be >= 1, got {args.gamma}")
+        if getattr(args, "gamma_max", 1) < 1:
+            raise ValueError(f"--gamma-max must be >= 1, got {args.gamma_max}")
     except ValueError as e:
         parser.error(str(e))
-    (bench_main if args.command == "bench" else generate_main)(args)
+    {"bench": bench_main, "diagnose": diagnose_main}.get(args.command, generate_main)(args)
 
 
 if __name__ == "__main__":

@@ -81,12 +81,13 @@ def cost_ratio(target, draft, input_ids: torch.Tensor, repeats: int = 20) -> flo
     return decode_step_seconds(draft, input_ids, repeats) / decode_step_seconds(target, input_ids, repeats)
 
 
-def run_interleaved(methods: dict[str, Callable], encoded: list[torch.Tensor], progress=print) -> dict[str, Row]:
+def run_interleaved(methods: dict[str, Callable], encoded: list[torch.Tensor], progress=print,
+                    warmup: bool = True) -> dict[str, Row]:
     """Run every method on every prompt, prompt by prompt, so that background load hits every method alike.
 
     A method returns a Generation, or (new tokens, seconds) if it is not ours (Hugging Face's).
     """
-    for run in methods.values():  # warm-up: first calls allocate and load kernels
+    for run in methods.values() if warmup else ():  # warm-up: first calls allocate and load kernels
         run(encoded[0][:, :8])
     rows = {name: Row(name) for name in methods}
     for i, ids in enumerate(encoded):

@@ -1,0 +1,186 @@
+"""Will speculative decoding pay off for this pair, on this device? Measure, predict, measure again, say why.
+
+    python -m specdec_ref diagnose --pair offline --prompts 4 --json diagnose.json
+
+`measure` collects everything the generalised speedup formula (lab/speedup) needs: the per-token
+acceptance α (and per draft position), the cost ratio c, the verify cost t(k)/t(1) for k = 1..γ_max+1
+and the loop's overhead per iteration. `verdict` turns those numbers into a recommendation in plain
+words, and blames one factor when speculation cannot pay off. `diagnose` does both, then measures the
+real speedup at the recommended γ, so the prediction is checked on the spot.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from ..device import synchronize
+from ..drafters import ModelDrafter
+from ..generate import Step, autoregressive_generate, speculative_generate
+from ..sampling import SamplingConfig
+from .bench import Row, run_interleaved
+from .speedup import best_gamma, predicted_speedup, speedup_by_gamma
+from .timing import forward_latency, latency_curve
+
+BLAME = {  # the factor that keeps speculation from paying off -> what to tell the reader
+    "alpha": "α is too low: the draft agrees with the target too rarely (a better-aligned or distilled draft)",
+    "draft_cost": "the draft is too costly: each draft step costs a large share of a target step "
+                  "(a shallower or narrower draft, or prompt lookup)",
+    "verify_cost": "verifying is too costly: scoring γ+1 tokens costs much more than one token on this device "
+                   "(compute-bound small-batch kernels; a GPU, or bfloat16, flattens t(k))",
+    "overhead": "the loop's overhead is too high: per-iteration work outside the forward passes "
+                "(sampling, bookkeeping, Python) eats the gain",
+}
+
+
+@dataclass
+class Measurements:
+    """What the generalised formula needs, measured for one pair, prompt set and device."""
+    alpha: float  # per-token acceptance α (accepted / examined) at the calibration γ
+    c: float  # one draft step / one target step (cached one-token passes)
+    verify_cost: list[float]  # t(k)/t(1) for k = 1, 2, ..., γ_max + 1
+    overhead: float  # loop time per iteration beyond the model passes, in target steps
+    alpha_per_position: list[float] = field(default_factory=list)  # acceptance at draft position 1, 2, ...
+    step_seconds: float = float("nan")  # t(1): one cached target step, seconds
+
+    @property
+    def gamma_max(self) -> int:
+        return len(self.verify_cost) - 1
+
+
+@dataclass
+class Verdict:
+    best_gamma: int  # the γ with the highest predicted speedup
+    predicted_speedup: float  # at best_gamma, from the generalised formula
+    pays_off: bool  # predicted speedup > 1
+    blame: str | None  # None, or a key of BLAME: the factor that keeps it from paying off
+    message: str  # the same, in plain words
+
+
+def verdict(m: Measurements) -> Verdict:
+    """Recommend a γ, or say that speculation will not pay off and which factor is to blame."""
+    gamma, s = best_gamma(m.alpha, m.c, m.verify_cost, m.overhead, m.gamma_max)
+    if s > 1:
+        return Verdict(gamma, s, True, None, f"Use γ = {gamma}: predicted speedup {s:.2f}× "
+                       f"(α = {m.alpha:.2f}, c = {m.c:.3f}, t({gamma + 1})/t(1) = {m.verify_cost[gamma]:.2f}).")
+    g_text, s_text = best_gamma(m.alpha, m.c, gamma_max=m.gamma_max)  # free verification, no overhead
+    if s_text <= 1:  # even the textbook formula says no: α <= c (section "When does it pay off?")
+        blame = "draft_cost" if m.c >= 0.5 else "alpha"
+    else:  # the textbook says yes, so the measured costs take the gain away: blame the larger one
+        extra_verify = m.verify_cost[g_text] - 1
+        blame = "verify_cost" if extra_verify >= m.overhead else "overhead"
+    return Verdict(gamma, s, False, blame, f"Speculation will not pay off here: at best {s:.2f}× (γ = {gamma}). "
+                   f"To blame: {BLAME[blame]}. Measured α = {m.alpha:.2f}, c = {m.c:.3f}, "
+                   f"t(2)/t(1) = {m.verify_cost[1]:.2f}, overhead = {m.overhead:.3f} target steps.")
+
+
+def position_acceptance(steps: list[Step]) -> tuple[list[int], list[int]]:
+    """(accepted, examined) per draft position 1..γ: position i is examined if positions < i were accepted."""
+    n = max((s.draft_tokens.shape[0] for s in steps), default=0)
+    accepted, examined = [0] * n, [0] * n
+    for s in steps:
+        for i in range(min(s.n_accepted + 1, s.draft_tokens.shape[0])):
+            examined[i] += 1
+            accepted[i] += i < s.n_accepted
+    return accepted, examined
+
+
+def timed_steps(target, drafter, ids: torch.Tensor, max_new_tokens: int, gamma: int, sampling: SamplingConfig,
+                generator: torch.Generator, eos_token_id=None) -> list[tuple[Step, float]]:
+    """One speculative generation; every iteration with the seconds since the previous one ended."""
+    out, last = [], [None]
+
+    def on_step(step: Step) -> None:
+        synchronize(ids.device)
+        now = time.perf_counter()
+        out.append((step, float("nan") if last[0] is None else now - last[0]))  # the first includes the prefill
+        last[0] = now
+
+    speculative_generate(target, drafter, ids, max_new_tokens, gamma=gamma, sampling=sampling, generator=generator,
+                         eos_token_id=eos_token_id, on_step=on_step)
+    return out
+
+
+def measure(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, calibration_gamma: int | None = None,
+            max_new_tokens: int = 64, sampling: SamplingConfig = SamplingConfig(temperature=0), seed: int = 0,
+            repeats: int = 5, eos_token_id=None) -> Measurements:
+    """Time t(k) and c with cached passes, then run the loop at the calibration γ for α and the overhead."""
+    if gamma_max < 1:
+        raise ValueError(f"gamma_max must be >= 1, got {gamma_max}")
+    gamma = calibration_gamma or min(gamma_max, 4)
+    context = int(sum(ids.shape[1] for ids in encoded) / len(encoded)) + max_new_tokens // 2  # a typical length
+    curve = latency_curve(target, range(1, gamma_max + 2), context_len=context, repeats=repeats)
+    t = [curve.median(k) for k in curve.ks]  # seconds, k = 1..γ_max+1
+    t_draft = forward_latency(draft, 1, context_len=context, repeats=4 * repeats).median
+    g = torch.Generator(device=encoded[0].device).manual_seed(seed)
+    steps = [st for ids in encoded for st in timed_steps(target, ModelDrafter(draft), ids, max_new_tokens, gamma,
+                                                          sampling, g, eos_token_id)]
+    later = [(s, dt) for s, dt in steps if dt == dt]  # drop each generation's first iteration (prefill)
+    model_time = [s.draft_tokens.shape[0] * t_draft + t[s.draft_tokens.shape[0]] for s, _ in later]
+    overhead = sum(dt - mt for (_, dt), mt in zip(later, model_time)) / max(len(later), 1)
+    accepted, examined = position_acceptance([s for s, _ in steps])
+    n_acc = sum(s.n_accepted for s, _ in steps)
+    n_exam = sum(s.n_accepted + (s.n_accepted < s.draft_tokens.shape[0]) for s, _ in steps)
+    return Measurements(alpha=n_acc / n_exam if n_exam else float("nan"), c=t_draft / t[0],
+                        verify_cost=[tk / t[0] for tk in t], overhead=overhead / t[0],
+                        alpha_per_position=[a / e if e else float("nan") for a, e in zip(accepted, examined)],
+                        step_seconds=t[0])
+
+
+def measure_speedups(target, drafters: dict, encoded: list[torch.Tensor], max_new_tokens: int,
+                     sampling: SamplingConfig, seed: int = 0, eos_token_id=None, progress=None) -> dict[str, Row]:
+    """Plain decoding and each named (drafter, γ), interleaved prompt by prompt; rows of tokens and seconds.
+
+    Read a speedup as rows[name].tokens_per_second / rows["plain"].tokens_per_second.
+    """
+    g = torch.Generator(device=encoded[0].device).manual_seed(seed)
+    opts = dict(sampling=sampling, generator=g, eos_token_id=eos_token_id)
+
+    def methods(n: int) -> dict:  # every method, generating n new tokens
+        runs = {"plain": lambda ids: autoregressive_generate(target, ids, n, **opts)}
+        for name, (drafter, gamma) in drafters.items():
+            runs[name] = (lambda d, gm: lambda ids: speculative_generate(target, d, ids, n, gamma=gm, **opts)
+                          )(drafter, gamma)
+        return runs
+
+    for run in methods(4).values():  # a short warm-up: first calls allocate and load kernels
+        run(encoded[0])
+    return run_interleaved(methods(max_new_tokens), encoded, progress or (lambda _: None), warmup=False)
+
+
+def diagnose(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, max_new_tokens: int = 64,
+             sampling: SamplingConfig = SamplingConfig(temperature=0), seed: int = 0, eos_token_id=None,
+             progress=None) -> dict:
+    """Measure, predict the speedup for γ = 1..γ_max, measure it at the recommended γ; everything as a dict."""
+    say = progress or (lambda _: None)
+    say("measuring t(k), c, α and the loop overhead ...")
+    m = measure(target, draft, encoded, gamma_max=gamma_max, max_new_tokens=max_new_tokens, sampling=sampling,
+                seed=seed, eos_token_id=eos_token_id)
+    v = verdict(m)
+    say(f"measuring the real speedup at γ = {v.best_gamma} ...")
+    rows = measure_speedups(target, {"speculative": (ModelDrafter(draft), v.best_gamma)}, encoded, max_new_tokens,
+                            sampling, seed, eos_token_id, say)
+    return {**asdict(m), "best_gamma": v.best_gamma, "predicted_speedup": v.predicted_speedup,
+            "measured_speedup": rows["speculative"].tokens_per_second / rows["plain"].tokens_per_second,
+            "measured_alpha": rows["speculative"].alpha,
+            "pays_off": v.pays_off, "blame": v.blame, "verdict": v.message,
+            "predicted_by_gamma": speedup_by_gamma(m.alpha, m.c, m.verify_cost, m.overhead, gamma_max),
+            "textbook_by_gamma": {g: predicted_speedup(m.alpha, g, m.c) for g in range(1, gamma_max + 1)},
+            "settings": {"prompts": len(encoded), "max_new_tokens": max_new_tokens, "gamma_max": gamma_max,
+                         "sampling": asdict(sampling), "seed": seed, "device": str(encoded[0].device),
+                         "torch_threads": torch.get_num_threads()}}
+
+
+def format_report(result: dict) -> str:
+    """The diagnosis as a few lines of plain text."""
+    lines = [f"α = {result['alpha']:.3f} per token; by draft position: "
+             + ", ".join(f"{a:.2f}" for a in result["alpha_per_position"]),
+             f"c = {result['c']:.3f} (draft step / target step; t(1) = {result['step_seconds'] * 1e3:.1f} ms)",
+             "t(k)/t(1), k = 1..: " + ", ".join(f"{x:.2f}" for x in result["verify_cost"]),
+             f"overhead = {result['overhead']:.3f} target steps per iteration",
+             "predicted speedup by γ: " + ", ".join(f"{g}: {s:.2f}×" for g, s in result["predicted_by_gamma"].items()),
+             f"measured at γ = {result['best_gamma']}: {result['measured_speedup']:.2f}× "
+             f"(predicted {result['predicted_speedup']:.2f}×)",
+             "", result["verdict"]]
+    return "\n".join(lines)
