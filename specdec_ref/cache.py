@@ -12,18 +12,27 @@ def vocab_size(model) -> int:
 
 
 class CachedModel:
-    """A causal LM plus its KV cache, fed only the tokens it has not seen yet."""
+    """A causal LM plus its KV cache, fed only the tokens it has not seen yet.
 
-    def __init__(self, model):
+    With keep_hidden=True it also keeps the final hidden state of every cached token (the vector the
+    LM head turns into logits), for drafters that draft from the target's features (EAGLE).
+    """
+
+    def __init__(self, model, keep_hidden: bool = False):
         self.model = model
         self.cache = DynamicCache()
         self.n_cached = 0  # how many context tokens the cache holds
         self.calls = 0  # forward passes so far
+        self.keep_hidden = keep_hidden
+        self.hidden: torch.Tensor | None = None  # [n_cached, d] final hidden states (only with keep_hidden)
 
     def logits(self, context_ids: torch.Tensor) -> torch.Tensor:  # [T] -> [k, V], k = T - n_cached
         """Run the model on context_ids[n_cached:], extending the cache; return their logits."""
         new = context_ids[self.n_cached:]
-        out = self.model(input_ids=new[None], cache=self.cache, use_cache=True)
+        out = self.model(input_ids=new[None], cache=self.cache, use_cache=True, output_hidden_states=self.keep_hidden)
+        if self.keep_hidden:
+            h = out.hidden_states[-1][0]  # [k, d] the LM head's input at each new position
+            self.hidden = h if self.hidden is None else torch.cat([self.hidden, h])
         self.n_cached = context_ids.shape[0]
         self.calls += 1
         return out.logits[0]  # [1, k, V] -> [k, V]
@@ -31,7 +40,8 @@ class CachedModel:
     def rollback(self, n_tokens: int) -> None:
         """Crop the cache to its first n_tokens (transformers 5: crop takes minus the number to drop)."""
         if n_tokens == 0:
-            self.cache, self.n_cached = DynamicCache(), 0
+            self.cache, self.n_cached, self.hidden = DynamicCache(), 0, None
         elif n_tokens < self.n_cached:
             self.cache.crop(-(self.n_cached - n_tokens))
             self.n_cached = n_tokens
+            self.hidden = self.hidden[:n_tokens] if self.hidden is not None else None

@@ -159,6 +159,8 @@ def speculative_step(target_lm: CachedModel, drafter: Drafter, tokens: torch.Ten
     new_tokens = torch.cat([tokens, draft_tokens[:n], next_token])  # [T + n + 1]
     target_lm.rollback(new_tokens.shape[0] - 1)
     drafter.rollback(new_tokens.shape[0] - 1)
+    if target_lm.keep_hidden:  # a feature drafter (EAGLE) drafts from the target's hidden states of kept tokens
+        drafter.observe(target_lm.hidden)  # [T + n, d]
     step = Step(context_len=tokens.shape[0], draft_tokens=draft_tokens, draft_probs=draft_probs,
                 target_probs=target_probs, n_accepted=n, next_token=int(next_token),
                 target_cache_before=cache_before[0], target_cache_after=target_lm.n_cached,
@@ -195,8 +197,8 @@ def speculative_generate(target, draft, input_ids: torch.Tensor, max_new_tokens:
     check_speculative_inputs(target, drafter, input_ids, max_new_tokens, gamma, sampling, generator)
     drafter.rollback(0)  # a drafter object may be reused across calls: start from an empty cache
     t0 = _timer_start(input_ids.device)
-    target_lm, tokens, n_prompt = CachedModel(target), input_ids[0].long(), input_ids.shape[1]
-    stats = Stats()
+    target_lm = CachedModel(target, keep_hidden=getattr(drafter, "reads_target_features", False))
+    tokens, n_prompt, stats = input_ids[0].long(), input_ids.shape[1], Stats()
     new, done = _finish(tokens, n_prompt, max_new_tokens, eos_token_id)
     while not done:
         g = min(gamma, max_new_tokens - new.shape[0] - 1)  # never draft past max_new_tokens
