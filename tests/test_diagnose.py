@@ -5,7 +5,6 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
 from specdec_ref.lab.diagnose import Measurements, position_acceptance, verdict
 from specdec_ref.lab.speedup import linear_verify_costs
@@ -37,11 +36,7 @@ def test_loop_overhead_is_blamed_when_it_dominates():
 
 
 def test_position_acceptance_counts_only_examined_positions():
-    class S:  # the two fields of a Step that position_acceptance reads
-        def __init__(self, n_accepted, gamma):
-            self.n_accepted, self.draft_tokens = n_accepted, torch.zeros(gamma)
-
-    accepted, examined = position_acceptance([S(0, 3), S(3, 3), S(1, 3)])
+    accepted, examined = position_acceptance(accepted=[0, 3, 1], drafted=[3, 3, 3])
     assert examined == [3, 2, 1] and accepted == [2, 1, 1]
 
 

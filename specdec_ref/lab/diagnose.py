@@ -75,15 +75,19 @@ def verdict(m: Measurements) -> Verdict:
                    f"t(2)/t(1) = {m.verify_cost[1]:.2f}, overhead = {m.overhead:.3f} target steps.")
 
 
-def position_acceptance(steps: list[Step]) -> tuple[list[int], list[int]]:
-    """(accepted, examined) per draft position 1..γ: position i is examined if positions < i were accepted."""
-    n = max((s.draft_tokens.shape[0] for s in steps), default=0)
-    accepted, examined = [0] * n, [0] * n
-    for s in steps:
-        for i in range(min(s.n_accepted + 1, s.draft_tokens.shape[0])):
-            examined[i] += 1
-            accepted[i] += i < s.n_accepted
-    return accepted, examined
+def position_acceptance(accepted: list[int], drafted: list[int]) -> tuple[list[int], list[int]]:
+    """Per draft position 1..γ: (times accepted, times examined), from `Stats.accepted` and `Stats.drafted`.
+
+    Position i is examined when positions < i were all accepted; an iteration that accepted n of d
+    draft tokens examined positions 1..min(n + 1, d) and accepted positions 1..n.
+    """
+    n = max(drafted, default=0)
+    acc, exam = [0] * n, [0] * n
+    for a, d in zip(accepted, drafted):
+        for i in range(min(a + 1, d)):
+            exam[i] += 1
+            acc[i] += i < a
+    return acc, exam
 
 
 def timed_steps(target, drafter, ids: torch.Tensor, max_new_tokens: int, gamma: int, sampling: SamplingConfig,
@@ -102,30 +106,62 @@ def timed_steps(target, drafter, ids: torch.Tensor, max_new_tokens: int, gamma: 
     return out
 
 
+class NoDraft:
+    """A drafter that proposes nothing: each iteration is one plain target step, timed by the same loop."""
+
+    def propose(self, context_ids, gamma, sampling, generator=None):  # [T] -> ([0], [0, V])
+        return context_ids[:0], torch.empty(0, 0, device=context_ids.device)
+
+    def rollback(self, n_tokens: int) -> None:
+        pass
+
+
+def cost_ratios(target, draft, ks: range, context_len: int, rounds: int = 5) -> tuple[list[float], float, float]:
+    """(t(k)/t(1) for k in ks, c, t(1) in seconds), each the median over rounds of one round's ratio.
+
+    Every round times the target at every k and the draft at k = 1 back to back, so a burst of
+    background load lands on numerator and denominator alike.
+    """
+    per_round = []
+    for r in range(rounds):
+        curve = latency_curve(target, ks, context_len=context_len, warmup=int(r == 0), repeats=1)
+        t_draft = forward_latency(draft, 1, context_len=context_len, warmup=1, repeats=3).median
+        per_round.append(([curve.cost_ratio(k) for k in ks], t_draft / curve.median(1), curve.median(1)))
+    med = lambda xs: float(torch.tensor(xs).median())  # noqa: E731
+    verify = [med([v[i] for v, _, _ in per_round]) for i in range(len(ks))]
+    return verify, med([c for _, c, _ in per_round]), med([t for _, _, t in per_round])
+
+
 def measure(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, calibration_gamma: int | None = None,
             max_new_tokens: int = 64, sampling: SamplingConfig = SamplingConfig(temperature=0), seed: int = 0,
-            repeats: int = 5, eos_token_id=None) -> Measurements:
-    """Time t(k) and c with cached passes, then run the loop at the calibration γ for α and the overhead."""
+            rounds: int = 5, eos_token_id=None) -> Measurements:
+    """Measure t(k)/t(1) and c with cached passes, then α and the overhead from the loop at the calibration γ.
+
+    The overhead is what an iteration costs beyond γc + t(γ+1)/t(1), in units of one step of the same loop
+    with an empty draft (plain decoding), timed on the same prompt right before: a ratio of neighbouring
+    timings, so it survives a machine whose speed drifts with other people's jobs.
+    """
     if gamma_max < 1:
         raise ValueError(f"gamma_max must be >= 1, got {gamma_max}")
     gamma = calibration_gamma or min(gamma_max, 4)
     context = int(sum(ids.shape[1] for ids in encoded) / len(encoded)) + max_new_tokens // 2  # a typical length
-    curve = latency_curve(target, range(1, gamma_max + 2), context_len=context, repeats=repeats)
-    t = [curve.median(k) for k in curve.ks]  # seconds, k = 1..γ_max+1
-    t_draft = forward_latency(draft, 1, context_len=context, repeats=4 * repeats).median
+    verify_cost, c, t1 = cost_ratios(target, draft, range(1, gamma_max + 2), context, rounds)
     g = torch.Generator(device=encoded[0].device).manual_seed(seed)
-    steps = [st for ids in encoded for st in timed_steps(target, ModelDrafter(draft), ids, max_new_tokens, gamma,
-                                                          sampling, g, eos_token_id)]
-    later = [(s, dt) for s, dt in steps if dt == dt]  # drop each generation's first iteration (prefill)
-    model_time = [s.draft_tokens.shape[0] * t_draft + t[s.draft_tokens.shape[0]] for s, _ in later]
-    overhead = sum(dt - mt for (_, dt), mt in zip(later, model_time)) / max(len(later), 1)
-    accepted, examined = position_acceptance([s for s, _ in steps])
-    n_acc = sum(s.n_accepted for s, _ in steps)
-    n_exam = sum(s.n_accepted + (s.n_accepted < s.draft_tokens.shape[0]) for s, _ in steps)
-    return Measurements(alpha=n_acc / n_exam if n_exam else float("nan"), c=t_draft / t[0],
-                        verify_cost=[tk / t[0] for tk in t], overhead=overhead / t[0],
-                        alpha_per_position=[a / e if e else float("nan") for a, e in zip(accepted, examined)],
-                        step_seconds=t[0])
+    steps, overheads = [], []
+    for ids in encoded:
+        plain = [dt for _, dt in timed_steps(target, NoDraft(), ids, max_new_tokens, 1, sampling, g, eos_token_id)]
+        step_loop = sum(plain[1:]) / max(len(plain) - 1, 1)  # seconds per plain step, prefill excluded
+        spec = timed_steps(target, ModelDrafter(draft), ids, max_new_tokens, gamma, sampling, g, eos_token_id)
+        for s, dt in spec[1:]:  # the first iteration includes the prefill
+            d = s.draft_tokens.shape[0]
+            overheads.append(dt / step_loop - d * c - verify_cost[d])
+        steps += [s for s, _ in spec]
+    accepted, drafted = [s.n_accepted for s in steps], [s.draft_tokens.shape[0] for s in steps]
+    acc, exam = position_acceptance(accepted, drafted)
+    return Measurements(alpha=sum(acc) / sum(exam) if sum(exam) else float("nan"), c=c, verify_cost=verify_cost,
+                        overhead=sum(overheads) / max(len(overheads), 1),
+                        alpha_per_position=[a / e if e else float("nan") for a, e in zip(acc, exam)],
+                        step_seconds=t1)
 
 
 def measure_speedups(target, drafters: dict, encoded: list[torch.Tensor], max_new_tokens: int,
