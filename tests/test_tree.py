@@ -1,0 +1,227 @@
+"""Tree speculative decoding: the tree pass computes the right logits, and the output is exact.
+
+Exactness is tested at two levels, each with a power test against a broken rule at the same
+significance level (SIGNIFICANCE = 0.001) and with fixed seeds, so nothing can flake:
+  one node: many draws of k i.i.d. siblings from a draft row, judged by `verify_tree` (fast);
+  sequences: the first 5 tokens on the vocabulary-3 toy pair, whose 3^5 = 243 sequences are
+  enumerated exactly (slow: thousands of generations).
+"""
+from collections import Counter
+
+import pytest
+import torch
+
+import specdec_ref as sd
+from specdec_ref import tree as tree_mod
+from specdec_ref.cache import CachedModel
+from specdec_ref.lab.stats import SIGNIFICANCE, chi_square_gof, probs_to_dict
+from specdec_ref.models.toy import exact_sequence_distribution, tiny_llama, tiny_pair
+from specdec_ref.sampling import sample
+from specdec_ref.tree import (Tree, accepted_length_vs_chain, tree_forward, tree_speculative_generate,
+                              tree_speculative_step, verify_tree)
+from specdec_ref.verify import residual
+
+GREEDY, T1 = sd.SamplingConfig(0), sd.SamplingConfig(1.0)
+
+
+def verify_tree_siblings_against_original_target(tree, node_tokens, draft_probs, target_probs, generator=None):
+    """Bug: every sibling is judged against the original target_probs, never against the residual."""
+    path, node = [], 0
+    while True:
+        p, q = target_probs[node], draft_probs[node]
+        for child in tree.children(node):
+            u = torch.rand((), generator=generator, device=p.device, dtype=p.dtype)
+            if u * q[node_tokens[child]] < p[node_tokens[child]]:
+                break
+        else:
+            return path, sample(residual(p, q) if tree.children(node) else p, generator)
+        node = child
+        path.append(node)
+
+
+# --- the tree pass: one forward, the same logits as each path run as a plain sequence ------------------------
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+@pytest.mark.parametrize("branching", [(2, 2), (3, 1, 2), (1, 1, 1)])
+def test_tree_logits_equal_each_path_run_as_a_sequence(attn, branching):
+    model = tiny_llama(8, seed=1, n_layers=2, hidden=32)
+    model.set_attn_implementation(attn)
+    tree = Tree.from_branching(branching)
+    context = torch.tensor([1, 2, 3, 4, 5, 6])
+    node_tokens = torch.randint(0, 8, (tree.size + 1,), generator=torch.Generator().manual_seed(0))  # [N+1]
+    node_tokens[0] = context[-1]
+    # sdpa keeps float64 throughout; eager's softmax runs in float32 (transformers' Llama), so allow its rounding
+    tol = 1e-10 if attn == "sdpa" else 1e-5
+    lm = CachedModel(model)
+    with torch.inference_mode():
+        lm.logits(context[:4])  # part of the context is cached already, as in a real step
+        logits = tree_forward(lm, context, tree, node_tokens, context.shape[0] + tree.size)[-(tree.size + 1):]
+        ancestry = tree.ancestry()
+        for i in range(tree.size + 1):
+            path = [j for j in range(1, i + 1) if ancestry[i, j]]  # root-to-node, root excluded
+            plain = model(input_ids=torch.cat([context, node_tokens[path]])[None]).logits[0, -1]  # [V]
+            torch.testing.assert_close(logits[i], plain, rtol=0, atol=tol)
+        # after rolling back, the cache is the plain context's: the next tokens continue it correctly
+        lm.rollback(context.shape[0])
+        longer = torch.cat([context, torch.tensor([7, 0])])
+        torch.testing.assert_close(lm.logits(longer), model(input_ids=longer[None]).logits[0, -2:], rtol=0, atol=tol)
+
+
+def test_step_leaves_both_caches_holding_exactly_the_context():
+    target, draft = tiny_pair(8, seed=0, noise=0.3)
+    target_lm, draft_lm = CachedModel(target), CachedModel(draft)
+    tokens, g = torch.tensor([1, 2, 3]), torch.Generator().manual_seed(0)
+    with torch.inference_mode():
+        for _ in range(5):
+            T = tokens.shape[0]
+            tokens, step = tree_speculative_step(target_lm, draft_lm, tokens, Tree.from_branching((2, 2)), T1, g)
+            for lm in (target_lm, draft_lm):
+                assert lm.n_cached == lm.cache.get_seq_length() == T  # the accepted path is re-fed next pass
+            assert tokens.shape[0] == T + len(step.path) + 1
+
+
+# --- greedy: token for token ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("branching", [(1,), (2,), (2, 2), (3, 1, 1), (2, 2, 2)])
+def test_greedy_tree_equals_greedy_target(branching):
+    accepted = []
+    for seed in range(3):
+        target, draft = tiny_pair(vocab_size=8, seed=seed, noise=0.3, hidden=32, n_layers=2)
+        ids = torch.tensor([[seed + 1, 2, 3, 4]])
+        plain = sd.autoregressive_generate(target, ids, 40, sampling=GREEDY).tokens.tolist()
+        spec = tree_speculative_generate(target, draft, ids, 40, tree=branching, sampling=GREEDY)
+        assert spec.tokens.tolist() == plain
+        assert spec.stats.target_calls == len(spec.stats.accepted)  # one target pass per iteration
+        accepted += spec.stats.accepted
+    assert 0 < sum(accepted) and min(accepted) < len(branching)  # accepting and rejecting were both exercised
+
+
+def test_greedy_tree_with_eos_stops_like_greedy_target():
+    target, draft = tiny_pair(vocab_size=8, seed=0, noise=0.3, hidden=32, n_layers=2)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    plain = sd.autoregressive_generate(target, ids, 40, sampling=GREEDY).tokens.tolist()
+    eos = plain[7]
+    spec = tree_speculative_generate(target, draft, ids, 40, tree=(2, 2), sampling=GREEDY, eos_token_id=eos)
+    assert spec.tokens.tolist() == plain[:plain.index(eos) + 1]
+
+
+# --- one node: k i.i.d. siblings, judged by SpecInfer's rule -----------------------------------------------
+
+def _one_node_counts(verify_fn, k: int, n: int = 5000, seed: int = 0, replacement: bool = True):
+    """Emitted first tokens of a depth-1 tree with k children, for a target and draft row that disagree a lot."""
+    g = torch.Generator().manual_seed(seed)
+    target_row = torch.tensor([0.05, 0.40, 0.30, 0.15, 0.10], dtype=torch.float64)
+    draft_row = torch.tensor([0.50, 0.10, 0.05, 0.05, 0.30], dtype=torch.float64)
+    tree = Tree.from_branching((k,))
+    target_probs = torch.stack([target_row] + [target_row] * k)  # [k+1, V]; leaf rows give the bonus
+    draft_probs = torch.stack([draft_row] + [torch.zeros(5, dtype=torch.float64)] * k)  # [k+1, V]
+    counts = Counter()
+    for _ in range(n):
+        children = torch.multinomial(draft_row, k, replacement=replacement, generator=g)  # [k]
+        node_tokens = torch.cat([torch.tensor([0]), children])  # [k+1]
+        path, next_token = verify_fn(tree, node_tokens, draft_probs, target_probs, g)
+        counts[int(node_tokens[path[0]]) if path else int(next_token)] += 1
+    return counts, probs_to_dict(target_row)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+def test_verify_tree_emits_target_distribution_at_one_node(k):
+    counts, target = _one_node_counts(verify_tree, k)
+    result = chi_square_gof(counts, target)
+    assert not result.rejects(SIGNIFICANCE), f"k={k}: {result}"
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_chi_square_rejects_siblings_judged_against_original_target_at_one_node(k):
+    counts, target = _one_node_counts(verify_tree_siblings_against_original_target, k)
+    assert chi_square_gof(counts, target).rejects(SIGNIFICANCE)
+
+
+def test_chi_square_rejects_siblings_drafted_without_replacement_at_one_node():
+    """The rule needs i.i.d. siblings: distinct siblings (sampling without replacement) bias the output."""
+    counts, target = _one_node_counts(verify_tree, 3, replacement=False)
+    assert chi_square_gof(counts, target).rejects(SIGNIFICANCE)
+
+
+# --- sequences: the vocabulary-3 toy, 5 tokens, exact distribution -----------------------------------------
+
+VOCAB, PROMPT, N_TOKENS, N_SAMPLES = 3, [1, 2, 0], 5, 1000
+
+
+@pytest.fixture(scope="module")
+def pair3():
+    """Target and a noisy copy as draft, vocabulary 3 (as in test_exactness.py)."""
+    return tiny_pair(vocab_size=VOCAB, seed=0, noise=0.3)
+
+
+def tree_counts(target, draft, branching, sampling, seed=0) -> Counter:
+    g, ids = torch.Generator().manual_seed(seed), torch.tensor([PROMPT])
+    return Counter(tuple(tree_speculative_generate(target, draft, ids, N_TOKENS, tree=branching, sampling=sampling,
+                                                   generator=g).tokens.tolist()) for _ in range(N_SAMPLES))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("branching,sampling", [((2, 2), T1), ((3, 1, 1, 1), sd.SamplingConfig(0.7)),
+                                               ((2, 2, 1, 1), sd.SamplingConfig(1.2, top_k=2, top_p=0.9))])
+def test_tree_sequences_match_exact_target_distribution(pair3, branching, sampling):
+    """Depth 4 + 1 bonus = 5 tokens: the depth-4 trees can accept a whole path of the 5-token window."""
+    target, draft = pair3
+    result = chi_square_gof(tree_counts(target, draft, branching, sampling),
+                            exact_sequence_distribution(target, PROMPT, N_TOKENS, sampling))
+    assert not result.rejects(SIGNIFICANCE), f"{branching} {sampling}: {result}"
+
+
+@pytest.mark.slow
+def test_chi_square_rejects_tree_with_siblings_judged_against_original_target(pair3, monkeypatch):
+    target, draft = pair3
+    monkeypatch.setattr(tree_mod, "verify_tree", verify_tree_siblings_against_original_target)
+    result = chi_square_gof(tree_counts(target, draft, (3,), T1), exact_sequence_distribution(target, PROMPT, N_TOKENS))
+    assert result.rejects(SIGNIFICANCE), str(result)
+
+
+# --- the measurement a chapter calls -----------------------------------------------------------------------
+
+def test_accepted_length_vs_chain_reports_both_shapes():
+    target, draft = tiny_pair(vocab_size=8, seed=0, noise=0.3, hidden=32, n_layers=2)
+    r = accepted_length_vs_chain(target, draft, torch.tensor([[1, 2, 3, 4]]), tree=(2, 2), max_new_tokens=12, runs=3)
+    assert r.nodes == 6 and r.tree_iterations > 0 and r.chain_iterations > 0
+    assert 0 <= r.tree_accepted <= 2 and 0 <= r.chain_accepted <= 6
+    assert r.tree_draft_passes <= 2 < r.chain_draft_passes  # one draft pass per depth
+
+
+# --- refusals ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("parents", [(), (0,), (-1, 1), (-1, 0, -1), (-1, 0, 1, 0), (-1, 0.0)])
+def test_bad_parent_lists_are_refused(parents):
+    with pytest.raises(ValueError):
+        Tree(parents)
+
+
+@pytest.mark.parametrize("tree", [(), (2, 0), (2, -1), (1.5,), "ab", 3, (True,)])
+def test_bad_tree_specs_are_refused(toy_pair, tree):
+    target, draft = toy_pair
+    with pytest.raises(ValueError):
+        tree_speculative_generate(target, draft, torch.tensor([[1, 2]]), 4, tree=tree)
+
+
+def test_bad_inputs_are_refused(toy_pair):
+    target, draft = toy_pair
+    ids = torch.tensor([[1, 2]])
+    with pytest.raises(ValueError, match="draft model"):
+        tree_speculative_generate(target, sd.NgramDrafter(6), ids, 4)
+    with pytest.raises(ValueError, match="vocabularies differ"):
+        tree_speculative_generate(target, tiny_llama(7), ids, 4)
+    with pytest.raises(ValueError, match="at most 6 children"):
+        tree_speculative_generate(target, draft, ids, 4, tree=(7,), sampling=GREEDY)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        tree_speculative_generate(target, draft, ids, -1)
+    with pytest.raises(ValueError, match="SamplingConfig"):
+        tree_speculative_generate(target, draft, ids, 4, sampling=1.0)
+
+
+def test_tree_helpers_describe_the_tree():
+    tree = Tree.from_branching((2, 2))
+    assert tree.parents == (-1, 0, 0, 1, 1, 2, 2) and tree.size == 6
+    assert tree.depths() == [0, 1, 1, 2, 2, 2, 2] and tree.children(2) == [5, 6]
+    assert tree.pruned(1) == Tree((-1, 0, 0)) and Tree.chain(3) == Tree((-1, 0, 1, 2))
+    assert tree.ancestry()[5].tolist() == [True, False, True, False, False, True, False]
