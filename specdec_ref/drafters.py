@@ -37,7 +37,8 @@ class ModelDrafter:
     """A small causal LM that drafts γ tokens one at a time, the ordinary (slow, but cheap) way.
 
     confidence_stop: stop early, after proposing a token at a position where the draft's top
-    probability is below this (Hugging Face's `assistant_confidence_threshold` rule); None drafts all γ.
+    probability (softmax of its raw logits, whatever the sampling) is below this (Hugging Face's
+    `assistant_confidence_threshold` rule); None drafts all γ.
     """
 
     def __init__(self, model, *, confidence_stop: float | None = None):
@@ -58,8 +59,8 @@ class ModelDrafter:
             p = logits_to_probs(logits, sampling)  # [V], the same helper the target uses
             tokens.append(sample(p, generator))  # [1]
             probs.append(p)
-            if self.confidence_stop is not None and p.max() < self.confidence_stop:
-                break  # unsure here: later guesses would likely be rejected, so stop drafting
+            if self.confidence_stop is not None and logits.softmax(-1).max() < self.confidence_stop:
+                break  # the draft's own (T=1) confidence is low here, even when greedy: stop drafting
         if gamma == 0:
             return context_ids.new_empty(0), torch.empty(0, self.vocab_size, device=context_ids.device)
         return torch.cat(tokens), torch.stack(probs)  # [γ], [γ, V]

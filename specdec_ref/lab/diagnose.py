@@ -138,8 +138,8 @@ def measure(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, c
     """Measure t(k)/t(1) and c with cached passes, then α and the overhead from the loop at the calibration γ.
 
     The overhead is what an iteration costs beyond γc + t(γ+1)/t(1), in units of one step of the same loop
-    with an empty draft (plain decoding), timed on the same prompt right before: a ratio of neighbouring
-    timings, so it survives a machine whose speed drifts with other people's jobs.
+    with an empty draft (plain decoding), timed on the same prompt right before and right after: a ratio
+    of neighbouring timings, so it survives a machine whose speed drifts with other people's jobs.
     """
     if gamma_max < 1:
         raise ValueError(f"gamma_max must be >= 1, got {gamma_max}")
@@ -148,10 +148,14 @@ def measure(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, c
     verify_cost, c, t1 = cost_ratios(target, draft, range(1, gamma_max + 2), context, rounds)
     g = torch.Generator(device=encoded[0].device).manual_seed(seed)
     steps, overheads = [], []
-    for ids in encoded:
-        plain = [dt for _, dt in timed_steps(target, NoDraft(), ids, max_new_tokens, 1, sampling, g, eos_token_id)]
-        step_loop = sum(plain[1:]) / max(len(plain) - 1, 1)  # seconds per plain step, prefill excluded
+    def plain_step(ids) -> float:  # seconds per step of the loop with an empty draft, prefill excluded
+        dts = [dt for _, dt in timed_steps(target, NoDraft(), ids, max_new_tokens, 1, sampling, g, eos_token_id)]
+        return sum(dts[1:]) / max(len(dts) - 1, 1)
+
+    for ids in encoded:  # plain, speculative, plain: the two plain runs bracket the one they are the unit of
+        before = plain_step(ids)
         spec = timed_steps(target, ModelDrafter(draft), ids, max_new_tokens, gamma, sampling, g, eos_token_id)
+        step_loop = (before + plain_step(ids)) / 2
         for s, dt in spec[1:]:  # the first iteration includes the prefill
             d = s.draft_tokens.shape[0]
             overheads.append(dt / step_loop - d * c - verify_cost[d])
