@@ -51,7 +51,8 @@ class Tree:
             raise ValueError(f"parents must start with -1 for the root (node 0), got {p!r}")
         for i, parent in enumerate(p[1:], start=1):
             if not isinstance(parent, int) or not 0 <= parent < i:
-                raise ValueError(f"node {i} has parent {parent!r}; a parent must be an earlier node (0 <= parent < {i})")
+                raise ValueError(f"node {i} has parent {parent!r}; a parent must be an earlier node "
+                                 f"(0 <= parent < {i})")
         depth = self.depths()
         if any(depth[i] < depth[i - 1] for i in range(1, len(p))):
             raise ValueError(f"list the nodes breadth first (depth never decreasing), got depths {depth}")
@@ -146,7 +147,8 @@ def tree_attention_mask(tree: Tree, context_len: int, start: int, stop: int, dty
     return mask.masked_fill(~allowed, torch.finfo(dtype).min)[None, None]  # [q, k] -> [1, 1, q, k]
 
 
-def tree_position_ids(tree: Tree, context_len: int, start: int, stop: int, device=None) -> torch.Tensor:  # -> [stop - start]
+def tree_position_ids(tree: Tree, context_len: int, start: int, stop: int,
+                      device=None) -> torch.Tensor:  # -> [stop - start]
     """Position of each flattened row: its index in the context, or context_len - 1 + depth for a node."""
     depth = torch.tensor(tree.depths(), device=device)  # [N+1]
     i = torch.arange(start, stop, device=device)  # [q]
@@ -198,7 +200,8 @@ def draft_tree(draft_lm: CachedModel, context_ids: torch.Tensor, tree: Tree, sam
     node_tokens = context_ids.new_zeros(tree.size + 1)  # [N+1]
     node_tokens[0] = context_ids[-1]  # the root is the last context token
     dtype = torch.promote_types(next(draft_lm.model.parameters()).dtype, torch.float32)  # as logits_to_probs
-    draft_probs = torch.zeros(tree.size + 1, vocab_size(draft_lm.model), dtype=dtype, device=context_ids.device)  # [N+1, V]
+    V = vocab_size(draft_lm.model)
+    draft_probs = torch.zeros(tree.size + 1, V, dtype=dtype, device=context_ids.device)  # [N+1, V]
     for d in range(max(depth)):  # the nodes at depth d get their children; leaves need no pass
         level = [i for i in range(tree.size + 1) if depth[i] == d]
         logits = tree_forward(draft_lm, context_ids, tree, node_tokens, T + level[-1])[-len(level):]  # [n_d, V]
@@ -225,7 +228,8 @@ def verify_tree_greedy(tree: Tree, node_tokens: torch.Tensor,
 
 
 def verify_tree(tree: Tree, node_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor,
-                generator: torch.Generator | None = None) -> tuple[list[int], torch.Tensor]:  # [N+1], [N+1, V] x2 -> (path, [1])
+                generator: torch.Generator | None = None,
+                ) -> tuple[list[int], torch.Tensor]:  # [N+1], [N+1, V] x2 -> (path, [1])
     """SpecInfer's multi-step speculative sampling (Miao et al. 2024, Alg. 2; SpecTr, Sun et al. 2023).
 
     At a node, with p = target_probs[node] and q = draft_probs[node], try the children in order:
@@ -309,7 +313,9 @@ def tree_speculative_generate(target, draft, input_ids: torch.Tensor, max_new_to
     """Draft a tree of candidates, verify it in one target pass, keep an exact path, repeat.
 
     `tree` is a Tree or branching factors per depth: (2, 2) drafts 2 candidates, each with 2 continuations.
-    Stats.drafted counts every node of the tree, so acceptance_rate is lower than for a chain by design.
+    Stats.accepted holds the accepted path length per iteration (one target pass each); Stats.drafted counts
+    every node of the tree. Stats.acceptance_rate and Stats.alpha are chain quantities (a tree can accept at
+    most one node per depth): compare trees by mean accepted per pass, as `accepted_length_vs_chain` does.
     """
     tree = as_tree(tree)
     draft = draft.lm.model if isinstance(draft, ModelDrafter) else draft
