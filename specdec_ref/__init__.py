@@ -15,6 +15,7 @@ from .drafters import Drafter, ModelDrafter, NgramDrafter, ScheduledDrafter
 from .generate import Generation, Stats, Step, autoregressive_generate, speculative_generate, speculative_step
 from .models import PAIRS, HubPair, encode_chat, load_hf_pair, load_offline_pair, load_offline_target, load_pair
 from .sampling import SamplingConfig, logits_to_probs, sample
+from .tree import Tree, accepted_length_vs_chain, tree_speculative_generate, verify_tree
 from .verify import accepted_mass, residual, verify
 
 __all__ = [
@@ -23,4 +24,5 @@ __all__ = [
     "CachedModel", "vocab_size", "Drafter", "ModelDrafter", "NgramDrafter", "ScheduledDrafter",
     "encode_chat", "load_offline_pair", "load_offline_target", "load_pair", "load_hf_pair", "PAIRS", "HubPair",
     "default_device", "synchronize", "time_fn",
+    "Tree", "tree_speculative_generate", "verify_tree", "accepted_length_vs_chain",
 ]
