@@ -30,4 +30,8 @@ sed -i 's/^  execute_notebooks: .*/  execute_notebooks: "off"/' "$scratch/_confi
 jupyter-book build "$scratch" -W -n --keep-going
 rm -rf _build && cp -r "$scratch/_build" _build
 echo "book written to _build/html/index.html"
+if [ -x /usr/bin/chromium ]; then  # the rendered pages in a real browser (apt-get install -y chromium)
+  echo "== the rendered book in headless Chromium (images, links, math, figures, widgets)"
+  python scripts/check_book.py _build/html --source "$scratch" --screenshots _build/screenshots
+fi
 echo "== all done in $(( $(date +%s) - start )) s"
