@@ -10,6 +10,7 @@ real speedup at the recommended γ, so the prediction is checked on the spot.
 """
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -127,9 +128,8 @@ def cost_ratios(target, draft, ks: range, context_len: int, rounds: int = 5) -> 
         curve = latency_curve(target, ks, context_len=context_len, warmup=int(r == 0), repeats=1)
         t_draft = forward_latency(draft, 1, context_len=context_len, warmup=1, repeats=3).median
         per_round.append(([curve.cost_ratio(k) for k in ks], t_draft / curve.median(1), curve.median(1)))
-    med = lambda xs: float(torch.tensor(xs).median())  # noqa: E731
-    verify = [med([v[i] for v, _, _ in per_round]) for i in range(len(ks))]
-    return verify, med([c for _, c, _ in per_round]), med([t for _, _, t in per_round])
+    verify = [statistics.median([v[i] for v, _, _ in per_round]) for i in range(len(ks))]
+    return verify, statistics.median([c for _, c, _ in per_round]), statistics.median([t for _, _, t in per_round])
 
 
 def measure(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, calibration_gamma: int | None = None,
@@ -150,7 +150,7 @@ def measure(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, c
     steps, overheads = [], []
     def plain_step(ids) -> float:  # seconds per step of the loop with an empty draft, prefill excluded
         dts = [dt for _, dt in timed_steps(target, NoDraft(), ids, max_new_tokens, 1, sampling, g, eos_token_id)]
-        return sum(dts[1:]) / max(len(dts) - 1, 1)
+        return statistics.median(dts[1:] or dts)
 
     for ids in encoded:  # plain, speculative, plain: the two plain runs bracket the one they are the unit of
         before = plain_step(ids)
@@ -163,7 +163,7 @@ def measure(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, c
     accepted, drafted = [s.n_accepted for s in steps], [s.draft_tokens.shape[0] for s in steps]
     acc, exam = position_acceptance(accepted, drafted)
     return Measurements(alpha=sum(acc) / sum(exam) if sum(exam) else float("nan"), c=c, verify_cost=verify_cost,
-                        overhead=sum(overheads) / max(len(overheads), 1),
+                        overhead=statistics.median(overheads) if overheads else 0.0,  # median: robust to load bursts
                         alpha_per_position=[a / e if e else float("nan") for a, e in zip(acc, exam)],
                         step_seconds=t1)
 
