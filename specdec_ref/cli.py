@@ -23,7 +23,11 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pair", default="offline",
                    help=f"'offline' (default, no network), 'auto' (by device), or one of {sorted(PAIRS)}")
     p.add_argument("--device", default=None, help="cuda, mps or cpu (default: the pair's choice)")
-    p.add_argument("--gamma", type=int, default=4, help="draft tokens per iteration (γ)")
+    p.add_argument("--gamma", type=int, default=None, help="draft tokens per iteration (γ; default: the draft's own)")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="model dtype (auto: the fastest the device supports natively)")
+    p.add_argument("--draft", default="auto", choices=["auto", "feature", "lm"],
+                   help="offline pair only: the feature-level draft, the small causal LM, or the fastest shipped")
     p.add_argument("--max-new-tokens", type=int, default=96)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-k", type=int, default=None)
@@ -37,10 +41,14 @@ def _load(args):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         target, draft, tokenizer = load_pair(args.pair, args.device if args.device else
-                                             ("cpu" if args.pair == "offline" else None))
+                                             ("cpu" if args.pair == "offline" else None),
+                                             None if args.dtype == "auto" else getattr(torch, args.dtype), args.draft)
     for w in caught:
         if "PLACEHOLDER" in str(w.message):
             print(f"WARNING: {w.message}", file=sys.stderr)
+    args.gamma = args.gamma or getattr(draft, "default_gamma", 4)
+    print(f"target {str(target.dtype).removeprefix('torch.')} on {next(target.parameters()).device}, "
+          f"draft: {type(draft).__name__}, γ = {args.gamma}", file=sys.stderr, flush=True)
     return target, draft, tokenizer
 
 
@@ -80,8 +88,12 @@ def bench_main(args) -> None:
     target, draft, tokenizer = _load(args)
     sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
     prompts = bench.BENCH_PROMPTS[: args.prompts]
+    hf_draft = None
+    if args.pair == "offline" and not isinstance(draft, torch.nn.Module):  # HF assisted rows need a causal LM
+        from .models import offline_draft
+        hf_draft = offline_draft.load(target) if offline_draft.available() else None
     result = bench.run_bench(target, draft, tokenizer, prompts, args.max_new_tokens, args.gamma, sampling,
-                             args.seed, hf=not args.no_hf,
+                             args.seed, hf=not args.no_hf, hf_draft=hf_draft,
                              progress=lambda m: print(m, file=sys.stderr, flush=True))
     result["command"] = "python -m specdec_ref " + " ".join(sys.argv[1:])
     result["settings"]["pair"] = args.pair
@@ -131,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
         torch.set_num_threads(args.threads)
     try:
         SamplingConfig(args.temperature, args.top_k, args.top_p)
-        if args.gamma < 1:
+        if args.gamma is not None and args.gamma < 1:
             raise ValueError(f"--gamma must be >= 1, got {args.gamma}")
         if getattr(args, "gamma_max", 1) < 1:
             raise ValueError(f"--gamma-max must be >= 1, got {args.gamma_max}")

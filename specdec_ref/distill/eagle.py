@@ -144,22 +144,30 @@ def _generate(gen_model, tokenizer, chats: list[str] | list[list[dict]], max_new
 
 
 def make_prompts(cfg: EagleConfig, gen_model, tokenizer) -> list[str]:
-    """Stage 1 -> the training prompts (cached in <out>/prompts.json)."""
-    path = Path(cfg.out) / "prompts.json"
+    """Stage 1 -> the training prompts; one small JSON shard per batch under <out>/prompts/, then prompts.json."""
+    path, shard_dir = Path(cfg.out) / "prompts.json", Path(cfg.out) / "prompts"
     if path.exists():
         return json.loads(path.read_text())
+    shard_dir.mkdir(parents=True, exist_ok=True)
     words = random_words(tokenizer, cfg.n_generated + cfg.n_grounded, cfg.seed)
     rng = random.Random(cfg.seed)
     metas = [rng.choice(STYLES).format(w=w) for w in words[:cfg.n_generated]]
     paras = [f"Write a short paragraph of three or four sentences about {w}." for w in words[cfg.n_generated:]]
+    tasks = [rng.choice(TASKS) for _ in paras]
     out, B = [], cfg.batch_prompts
-    for i in range(0, len(metas), B):
-        out += [p for p in map(_clean, _generate(gen_model, tokenizer, metas[i:i + B], 60, 0.8, cfg.seed + i)) if p]
-        log(cfg, f"prompts: {len(out)} usable from {i + B} requests")
-    for i in range(0, len(paras), B):
-        texts = _generate(gen_model, tokenizer, paras[i:i + B], 120, 0.7, cfg.seed + 10**6 + i)
-        out += [rng.choice(TASKS).format(p=t.strip()) for t in texts if len(t) > 80]
-        log(cfg, f"prompts: {len(out)} with grounded tasks ({i + B} paragraphs)")
+    for kind, requests in (("questions", metas), ("grounded", paras)):
+        for i in range(0, len(requests), B):
+            shard = shard_dir / f"{kind}_{i // B:04d}.json"
+            if not shard.exists():
+                texts = _generate(gen_model, tokenizer, requests[i:i + B], 60 if kind == "questions" else 120,
+                                  0.8 if kind == "questions" else 0.7, cfg.seed + i + (10**6 if kind == "grounded" else 0))
+                if kind == "questions":
+                    new = [p for p in map(_clean, texts) if p]
+                else:
+                    new = [task.format(p=t.strip()) for task, t in zip(tasks[i:i + B], texts) if len(t) > 80]
+                shard.write_text(json.dumps(new))
+            out += json.loads(shard.read_text())
+            log(cfg, f"prompts: {len(out)} usable after {i + B} {kind} requests")
     out += training_prompts(cfg.n_template, cfg.seed)
     out = list(dict.fromkeys(out))  # drop exact duplicates, keep order
     rng.shuffle(out)

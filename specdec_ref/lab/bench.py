@@ -14,7 +14,9 @@ from dataclasses import asdict, dataclass
 import torch
 
 from ..models import encode_chat
-from ..generate import Generation, Stats, autoregressive_generate, speculative_generate
+from ..cache import CachedModel
+from ..device import time_fn
+from ..generate import Generation, Stats, as_drafter, autoregressive_generate, speculative_generate
 from ..sampling import SamplingConfig
 from ..device import synchronize
 from .speedup import predicted_speedup
@@ -76,9 +78,29 @@ class Row:
                 "speedup_vs_plain": self.tokens_per_second / base_tokens_per_second}
 
 
+@torch.inference_mode()
+def draft_step_seconds(target, draft, input_ids: torch.Tensor, repeats: int = 20) -> float:
+    """Median time of one draft step (proposing one token after the prompt), for any drafter or draft model."""
+    drafter, tokens = as_drafter(draft), input_ids[0]
+    drafter.rollback(0)
+    if getattr(drafter, "reads_target_features", False):  # a feature drafter needs the target's features first
+        lm = CachedModel(target, keep_hidden=True)
+        lm.logits(tokens)
+        drafter.observe(lm.hidden[:-1])
+    drafter.propose(tokens, 1, SamplingConfig(temperature=0))  # prefill, untimed
+
+    def step():
+        drafter.propose(tokens, 1, SamplingConfig(temperature=0))
+
+    timing = time_fn(step, input_ids.device, warmup=2, repeats=repeats,
+                     setup=lambda: drafter.rollback(tokens.shape[0] - 1))  # forget the last token: one step each
+    drafter.rollback(0)
+    return timing.median
+
+
 def cost_ratio(target, draft, input_ids: torch.Tensor, repeats: int = 20) -> float:
-    """c = one cached draft decode step / one cached target decode step, after a prompt of this length."""
-    return decode_step_seconds(draft, input_ids, repeats) / decode_step_seconds(target, input_ids, repeats)
+    """c = one draft step / one cached target decode step, after a prompt of this length."""
+    return draft_step_seconds(target, draft, input_ids, repeats) / decode_step_seconds(target, input_ids, repeats)
 
 
 def run_interleaved(methods: dict[str, Callable], encoded: list[torch.Tensor], progress=print,
@@ -113,8 +135,14 @@ def hf_generate(target, ids, max_new_tokens, sampling, generator, **assist) -> t
 
 def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: int = 64, gamma: int = 4,
               sampling: SamplingConfig = SamplingConfig(temperature=0), seed: int = 0, hf: bool = True,
-              progress=print) -> dict:
-    """Run every method on every prompt (interleaved) and return the table as a dict (see `format_table`)."""
+              progress=print, hf_draft=None) -> dict:
+    """Run every method on every prompt (interleaved) and return the table as a dict (see `format_table`).
+
+    The speedup column divides by the faster of our plain loop and Hugging Face's plain `generate`: a
+    speedup over a slow baseline is not a speedup. `hf_draft` is the causal LM for Hugging Face's assisted
+    rows (default: `draft` itself when it is a model).
+    """
+    hf_draft = hf_draft if hf_draft is not None else (draft if isinstance(draft, torch.nn.Module) else None)
     eos = tokenizer.eos_token_id
     device = next(target.parameters()).device
     encoded = [encode_chat(tokenizer, p, device) for p in prompts]
@@ -127,20 +155,22 @@ def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: i
     }
     if hf:
         methods["HF generate, plain"] = lambda ids: hf_generate(target, ids, max_new_tokens, sampling, g)
+    if hf and hf_draft is not None:  # Hugging Face assisted generation needs a causal LM as its draft
         methods["HF assisted, its defaults"] = lambda ids: hf_generate(target, ids, max_new_tokens, sampling, g,
-                                                                       assistant_model=draft)
+                                                                       assistant_model=hf_draft)
         methods[f"HF assisted, γ={gamma} constant"] = lambda ids: hf_generate(
-            target, ids, max_new_tokens, sampling, g, assistant_model=draft, num_assistant_tokens=gamma,
+            target, ids, max_new_tokens, sampling, g, assistant_model=hf_draft, num_assistant_tokens=gamma,
             num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
     rows = run_interleaved(methods, encoded, progress)
     spec = rows[f"speculative, ours (γ={gamma})"]
     alpha = spec.alpha if spec.alpha is not None else float("nan")
     c = cost_ratio(target, draft, encoded[0])
-    base = rows["plain (target only)"].tokens_per_second
+    base = max(rows[name].tokens_per_second for name in ("plain (target only)", "HF generate, plain") if name in rows)
     return {
         "settings": {"max_new_tokens": max_new_tokens, "gamma": gamma, "sampling": asdict(sampling),
                      "prompts": len(prompts), "seed": seed, "device": str(device),
-                     "torch_threads": torch.get_num_threads()},
+                     "torch_threads": torch.get_num_threads(), "dtype": str(target.dtype).removeprefix("torch."),
+                     "draft": type(draft).__name__},
         "rows": [r.as_dict(base) for r in rows.values()],
         "alpha": alpha, "cost_ratio_c": c,
         "predicted_speedup": predicted_speedup(alpha, gamma, c) if alpha == alpha else float("nan"),
@@ -150,7 +180,7 @@ def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: i
 def format_table(result: dict) -> str:
     """A Markdown table of the benchmark, ending with the formula's prediction."""
     lines = ["| method | tokens | seconds | tokens/s | speedup vs plain | accepted / drafted | α per token |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             "|---|---:|---:|---:|---:|---:|---:|"]  # speedup: over the faster plain row
     for r in result["rows"]:
         a = "" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.2f}"
         al = "" if r["alpha"] is None else f"{r['alpha']:.2f}"

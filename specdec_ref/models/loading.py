@@ -74,17 +74,33 @@ def placeholder_draft(target, n_layers: int = 2):
     return draft.eval()
 
 
-def load_offline_pair(device: torch.device | str | None = None):
-    """-> (target, draft, tokenizer), all offline, on `device` (default: cpu)."""
-    target, tokenizer = load_offline_target(device)
-    from . import offline_draft  # the distilled draft, when its weights ship with the package
-    draft = offline_draft.load(target) if offline_draft.available() else None
-    if draft is None:
+def load_offline_pair(device: torch.device | str | None = None, dtype: torch.dtype | None = None,
+                      draft: str = "auto"):
+    """-> (target, draft, tokenizer), all offline, on `device` (default: cpu).
+
+    dtype None picks the faster one for the device (`default_dtype`: bfloat16 on CPUs that multiply it
+    natively, else float32). draft: "auto" (the fastest shipped draft), "feature" (the EAGLE-style
+    `FeatureDrafter`, which reads the target's hidden states), or "lm" (the distilled small causal LM, an
+    ordinary Hugging Face model, so `generate(assistant_model=...)` can use it too).
+    """
+    from . import feature_draft, offline_draft  # the trained drafts, when their weights ship with the package
+    if draft not in ("auto", "feature", "lm"):
+        raise ValueError(f"draft must be 'auto', 'feature' or 'lm', got {draft!r}")
+    device = torch.device(device or "cpu")
+    target, tokenizer = load_offline_target(device, dtype or default_dtype(device))
+    if draft == "feature" and not feature_draft.available():
+        raise ValueError("no feature-draft weights ship with this install; train them with "
+                         "python -m specdec_ref.distill.eagle, or use draft='lm'")
+    if draft in ("auto", "feature") and feature_draft.available():
+        from ..drafters import FeatureDrafter
+        return target, FeatureDrafter(feature_draft.load(target)), tokenizer
+    model = offline_draft.load(target) if offline_draft.available() else None
+    if model is None:
         warnings.warn("no trained offline draft is installed: using a PLACEHOLDER draft (the target's first 2 "
                       "layers, untrained), which agrees with the target rarely and will not speed it up",
                       stacklevel=2)
-        draft = placeholder_draft(target)
-    return target, draft, tokenizer
+        model = placeholder_draft(target)
+    return target, model, tokenizer
 
 
 @dataclass(frozen=True)
@@ -104,12 +120,23 @@ PAIRS = {
 }
 
 
-def default_dtype(device: torch.device) -> torch.dtype:
-    """bf16 on GPUs with native bf16 (compute capability 8.0+, Ampere or newer), fp16 on older GPUs and MPS,
-    fp32 on the CPU.
+def native_bf16_cpu() -> bool:
+    """True where the CPU multiplies bfloat16 in hardware (AVX512-BF16 or AMX), as /proc/cpuinfo reports."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:  # not Linux: assume emulated bf16, which is slower than float32
+        return False
+    return " avx512_bf16" in flags or " amx_bf16" in flags
 
-    `torch.cuda.is_bf16_supported()` also says True where bf16 is only emulated (a T4), hence the capability test.
+
+def default_dtype(device: torch.device) -> torch.dtype:
+    """The fastest dtype the device really supports.
+
+    GPUs: bf16 with compute capability 8.0+ (Ampere or newer), else fp16 (`torch.cuda.is_bf16_supported()`
+    also says True where bf16 is only emulated, as on a T4, hence the capability test). MPS: fp16.
+    CPU: float32 (the chapters measure and test in it); `fastest_cpu_dtype` is the speed choice.
     """
+    device = torch.device(device)
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.get_device_capability(device)[0] >= 8 else torch.float16
     return torch.float16 if device.type == "mps" else torch.float32
@@ -147,16 +174,17 @@ def auto_pair_name(device: torch.device | None = None) -> str:
     return "qwen2.5-7b" if gib >= 40 else "qwen2.5"
 
 
-def load_pair(name: str = "auto", device: torch.device | str | None = None):
-    """'offline', 'auto', or a key of PAIRS -> (target, draft, tokenizer)."""
+def load_pair(name: str = "auto", device: torch.device | str | None = None, dtype: torch.dtype | None = None,
+              draft: str = "auto"):
+    """'offline', 'auto', or a key of PAIRS -> (target, draft, tokenizer). `draft` applies to the offline pair."""
     device = torch.device(device) if device is not None else default_device()
     if name == "auto":
         name = auto_pair_name(device)
     if name == "offline":
-        return load_offline_pair(device)
+        return load_offline_pair(device, dtype, draft)
     if name not in PAIRS:
         raise ValueError(f"unknown pair {name!r}; choose 'auto', 'offline' or one of {sorted(PAIRS)}")
-    return load_hf_pair(PAIRS[name].target, PAIRS[name].draft, device)
+    return load_hf_pair(PAIRS[name].target, PAIRS[name].draft, device, dtype)
 
 
 def encode_chat(tokenizer, text: str, device: torch.device | str | None = None) -> torch.Tensor:
