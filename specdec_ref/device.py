@@ -43,24 +43,9 @@ def _half_iqr(values: Sequence[float]) -> float:
 
 
 @dataclass
-class Timing:
-    times: list[float]  # seconds, one per repeat
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.times)
-
-    @property
-    def spread(self) -> float:
-        """Half the interquartile range, in seconds (0 with fewer than 2 repeats)."""
-        return _half_iqr(self.times)
-
-
-@dataclass
-class Rate:
-    """Work per second, one value per timed repeat (bytes/s for bandwidth, FLOP/s for matmuls)."""
-    values: list[float]  # work / seconds, one per repeat
-    unit: str  # "B/s" or "FLOP/s"
+class Samples:
+    """Repeated measurements, summarised by their median and spread (half the interquartile range)."""
+    values: list[float]  # one per timed repeat
 
     @property
     def median(self) -> float:
@@ -68,8 +53,23 @@ class Rate:
 
     @property
     def spread(self) -> float:
-        """Half the interquartile range, in the same unit."""
+        """Half the interquartile range, in the values' unit (0 with fewer than 2 repeats)."""
         return _half_iqr(self.values)
+
+
+@dataclass
+class Timing(Samples):
+    """Seconds, one per repeat."""
+
+    @property
+    def times(self) -> list[float]:
+        return self.values
+
+
+@dataclass
+class Rate(Samples):
+    """Work per second, one value per timed repeat (bytes/s for bandwidth, FLOP/s for matmuls)."""
+    unit: str = "FLOP/s"  # "B/s" or "FLOP/s"
 
     def __str__(self) -> str:
         g = 1e9

@@ -41,7 +41,7 @@ from ..generate import speculative_generate
 from ..models import encode_chat, feature_draft, offline_draft
 from ..sampling import SamplingConfig
 from .prompts import HELD_OUT, training_prompts
-from .train import sample_batch
+from .train import log, optimiser_step, resume, sample_batch, save_checkpoint, start_run
 
 
 @dataclass
@@ -69,13 +69,6 @@ class EagleConfig:
 
 QUICK = dict(n_generated=8, n_grounded=2, n_template=4, batch_prompts=8, max_new_tokens=16, steps=6,
              batch_tokens=512, warmup=1, eval_every=3, eval_prompts=1, eval_tokens=12)
-
-
-def log(cfg: EagleConfig, msg: str) -> None:
-    line = f"{time.strftime('%H:%M:%S')} {msg}"
-    print(line, flush=True)
-    with open(Path(cfg.out) / "train.log", "a") as f:
-        f.write(line + "\n")
 
 
 def _save(obj, path: Path) -> None:  # write-then-rename, so a stopped run never leaves half a shard
@@ -296,12 +289,9 @@ def train(cfg: EagleConfig, target, feature_paths: list[Path]):
         p.requires_grad_(True)
     log(cfg, f"train: {len(train_rows)} sequences, {n_tok} answer tokens; head {sum(p.numel() for p in params) / 1e6:.2f} M")
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.95))
-    ckpt, step, curve = Path(cfg.out) / "ckpt.pt", 0, []
-    if ckpt.exists():
-        state = torch.load(ckpt, weights_only=True)
-        head.load_state_dict(state["head"], strict=False)
-        opt.load_state_dict(state["opt"])
-        step, curve = state["step"], state["curve"]
+    ckpt = Path(cfg.out) / "ckpt.pt"
+    step, curve = resume(ckpt, head, opt)
+    if step:
         log(cfg, f"resumed from step {step}")
     g, t0 = torch.Generator().manual_seed(cfg.seed), time.time()
     n_batches, batches, batches_epoch = len(batches_of(train_rows, cfg.batch_tokens, 0)), None, -1
@@ -311,13 +301,8 @@ def train(cfg: EagleConfig, target, feature_paths: list[Path]):
             batches, batches_epoch = batches_of(train_rows, cfg.batch_tokens, cfg.seed * 1000 + epoch), epoch
         batch = batches[i]
         lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup) * 0.5 * (1 + math.cos(math.pi * step / cfg.steps))
-        for group in opt.param_groups:
-            group["lr"] = lr
         loss, agree = eagle_loss(head, [train_rows[j] for j in batch], cfg.noise, cfg.ce_weight, g)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
+        optimiser_step(opt, params, loss, lr)
         step += 1
         if step % 25 == 0:
             log(cfg, f"step {step}/{cfg.steps} epoch {epoch}: loss {float(loss):.3f}, top-1 {float(agree):.1%}, "
@@ -327,10 +312,9 @@ def train(cfg: EagleConfig, target, feature_paths: list[Path]):
                 vals = [eagle_loss(head, [val_rows[j] for j in b], 0.0, cfg.ce_weight)
                         for b in batches_of(val_rows, cfg.batch_tokens, 0)]
             vloss, vagree = (sum(float(v[k]) for v in vals) / len(vals) for k in (0, 1))
-            curve.append({"step": step, "val_loss": vloss, "val_top1": vagree, "train_loss": float(loss)})
+            curve.append({"step": step, "val_loss": vloss, "val_top1": vagree, "train_loss": float(loss.detach())})
             log(cfg, f"step {step}: val loss {vloss:.3f}, val top-1 agreement {vagree:.1%}")
-            _save({"head": feature_draft.trained_state(head), "opt": opt.state_dict(), "step": step, "curve": curve},
-                  ckpt)
+            save_checkpoint(ckpt, feature_draft.trained_state(head), opt, step, curve)
     return head.eval(), curve
 
 
@@ -356,12 +340,7 @@ def alpha_per_position(target, drafter, tokenizer, prompts: list[str], gamma: in
 
 def run(cfg: EagleConfig, target=None, tokenizer=None):
     """All five stages -> (head, curve, report)."""
-    Path(cfg.out).mkdir(parents=True, exist_ok=True)
-    torch.set_num_threads(cfg.threads)
-    if target is None:
-        from ..models import load_offline_target
-        target, tokenizer = load_offline_target()
-    log(cfg, f"config: {json.dumps(asdict(cfg))}")
+    target, tokenizer = start_run(cfg, target, tokenizer)
     gen_model = copy.deepcopy(target).to(torch.bfloat16)  # data in bfloat16: several times faster on CPUs with AMX
     prompts = make_prompts(cfg, gen_model, tokenizer)
     log(cfg, f"{len(prompts)} training prompts")

@@ -58,7 +58,8 @@ class TrainConfig:
     notes: dict = field(default_factory=dict)  # free-form, copied into the exported config
 
 
-def log(cfg: TrainConfig, msg: str) -> None:
+def log(cfg, msg: str) -> None:
+    """Print a timestamped line and append it to <out>/train.log."""
     line = f"{time.strftime('%H:%M:%S')} {msg}"
     print(line, flush=True)
     with open(Path(cfg.out) / "train.log", "a") as f:
@@ -204,6 +205,32 @@ def distill_loss(draft, ids, bs, ts, lab_ids, lab_p, dtype: torch.dtype):
     return kl, agree
 
 
+def optimiser_step(opt: torch.optim.Optimizer, params: list[torch.Tensor], loss: torch.Tensor, lr: float) -> None:
+    """One update at learning rate lr, with the gradient norm clipped to 1."""
+    for group in opt.param_groups:
+        group["lr"] = lr
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+
+
+def resume(path: Path, model: torch.nn.Module, opt: torch.optim.Optimizer) -> tuple[int, list[dict]]:
+    """Load the model's and optimiser's state from a checkpoint, if there is one -> (step, curve so far)."""
+    if not path.exists():
+        return 0, []
+    state = torch.load(path, weights_only=True)
+    model.load_state_dict(state["model"], strict=False)
+    opt.load_state_dict(state["opt"])
+    return state["step"], state["curve"]
+
+
+def save_checkpoint(path: Path, model_state: dict, opt: torch.optim.Optimizer, step: int, curve: list[dict]) -> None:
+    """Write-then-rename, so that a run stopped mid-write keeps its previous checkpoint."""
+    torch.save({"model": model_state, "opt": opt.state_dict(), "step": step, "curve": curve}, path.with_suffix(".tmp"))
+    path.with_suffix(".tmp").rename(path)
+
+
 def lr_at(cfg: TrainConfig, step: int) -> float:
     if step < cfg.warmup:
         return cfg.lr * (step + 1) / cfg.warmup
@@ -241,12 +268,9 @@ def train(cfg: TrainConfig, target, rows: list[dict], eos_token_id: int):
     log(cfg, f"draft: {cfg.n_layers} layers from target layers {cfg.init_layers}, "
              f"{sum(p.numel() for p in params) / 1e6:.2f} M trainable parameters")
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.98))
-    ckpt, step, curve = Path(cfg.out) / "ckpt.pt", 0, []
-    if ckpt.exists():
-        state = torch.load(ckpt, weights_only=True)
-        draft.load_state_dict(state["draft"], strict=False)
-        opt.load_state_dict(state["opt"])
-        step, curve = state["step"], state["curve"]
+    ckpt = Path(cfg.out) / "ckpt.pt"
+    step, curve = resume(ckpt, draft, opt)
+    if step:
         log(cfg, f"resumed from step {step}")
     batches, val_batches = make_batches(train_rows, cfg.batch_tokens), make_batches(val_rows, cfg.batch_tokens)
     dtype, pad_id, t0 = getattr(torch, cfg.train_dtype), eos_token_id, time.time()
@@ -259,13 +283,8 @@ def train(cfg: TrainConfig, target, rows: list[dict], eos_token_id: int):
         order = list(range(len(batches)))
         random.Random(cfg.seed * 1000 + epoch).shuffle(order)
         parts = collate([train_rows[j] for j in batches[order[i]]], full2sub, pad_id)
-        for group in opt.param_groups:
-            group["lr"] = lr_at(cfg, step)
         kl, agree = distill_loss(draft, *parts, dtype)
-        opt.zero_grad(set_to_none=True)
-        kl.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
+        optimiser_step(opt, params, kl, lr_at(cfg, step))
         step += 1
         if step % 10 == 0:
             log(cfg, f"step {step}/{cfg.steps} epoch {epoch}: train KL {float(kl.detach()):.3f}, top-1 {float(agree):.1%}, "
@@ -274,10 +293,7 @@ def train(cfg: TrainConfig, target, rows: list[dict], eos_token_id: int):
             vkl, vagree = evaluate(draft, val_rows, val_batches, full2sub, pad_id, dtype)
             curve.append({"step": step, "val_kl": vkl, "val_top1": vagree, "train_kl": float(kl.detach())})
             log(cfg, f"step {step}: val KL {vkl:.3f}, val top-1 agreement {vagree:.1%}")
-            state = {"draft": offline_draft.trained_state(draft), "opt": opt.state_dict(), "step": step,
-                     "curve": curve}
-            torch.save(state, ckpt.with_suffix(".tmp"))
-            ckpt.with_suffix(".tmp").rename(ckpt)
+            save_checkpoint(ckpt, offline_draft.trained_state(draft), opt, step, curve)
     return draft.eval(), curve
 
 
@@ -285,14 +301,20 @@ QUICK = dict(n_prompts=4, batch_prompts=4, max_new_tokens=12, top_k_labels=8, n_
              batch_tokens=512, lr=1e-3, warmup=1, eval_every=3)  # a few steps, for CI
 
 
-def run(cfg: TrainConfig, target=None, tokenizer=None):
-    """Both stages; returns (draft, curve). Loads the offline target unless one is passed."""
+def start_run(cfg, target=None, tokenizer=None):
+    """Make the run directory, set the threads, log the config; load the offline target unless one is passed."""
     Path(cfg.out).mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(cfg.threads)
     if target is None:
         from ..models import load_offline_target
         target, tokenizer = load_offline_target()
     log(cfg, f"config: {json.dumps(asdict(cfg))}")
+    return target, tokenizer
+
+
+def run(cfg: TrainConfig, target=None, tokenizer=None):
+    """Both stages; returns (draft, curve). Loads the offline target unless one is passed."""
+    target, tokenizer = start_run(cfg, target, tokenizer)
     rows = make_data(cfg, target, tokenizer)
     return train(cfg, target, rows, tokenizer.eos_token_id)
 
