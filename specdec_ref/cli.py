@@ -2,7 +2,7 @@
 
     python -m specdec_ref --prompt "Why is the sea salty?"          # offline pair, greedy
     python -m specdec_ref --pair qwen2.5 --temperature 0.7           # a Hub pair (needs network, ideally a GPU)
-    python -m specdec_ref bench --max-new-tokens 64 --json bench.json
+    python -m specdec_ref bench --max-new-tokens 64 --json bench.json --plot bench.png
     python -m specdec_ref diagnose --prompts 4 --json diagnose.json  # will it pay off here? which γ?
 """
 from __future__ import annotations
@@ -101,6 +101,9 @@ def bench_main(args) -> None:
     if args.json:
         bench.save_json(result, args.json)
         print(f"written to {args.json}", file=sys.stderr)
+    if args.plot:
+        bench.plot_bench(result, args.plot)
+        print(f"figure written to {args.plot}", file=sys.stderr)
 
 
 def diagnose_main(args) -> None:
@@ -131,6 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     b.add_argument("--prompts", type=int, default=len(bench.BENCH_PROMPTS), help="how many benchmark prompts")
     b.add_argument("--json", default="bench_results.json", help="where to write the table as JSON ('' for none)")
     b.add_argument("--no-hf", action="store_true", help="skip the Hugging Face assisted-generation rows")
+    b.add_argument("--plot", default="", help="also draw the side-by-side figure (chapter 6) to this path, e.g. bench.png")
     d = sub.add_parser("diagnose", help="measure α, c, t(k), overhead; recommend a γ or say why it won't pay off")
     _common(d)
     d.add_argument("--prompts", type=int, default=4, help="how many benchmark prompts")

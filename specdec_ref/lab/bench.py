@@ -195,3 +195,36 @@ def format_table(result: dict) -> str:
 def save_json(result: dict, path: str) -> None:
     with open(path, "w") as f:
         json.dump(result, f, indent=2)
+
+
+def plot_bench(result: dict, path: str | None = None):
+    """The side-by-side figure: each method's speedup over the faster plain row, and the formula's prediction.
+
+    Bars are measured (from `run_bench` or its JSON); the hatched bar is the Leviathan et al. prediction from the
+    run's α and c. Written to `path` (PNG, SVG, ... by its suffix) when given. -> the matplotlib Figure.
+    """
+    from matplotlib.figure import Figure  # no pyplot: works without a display, in the CLI and in notebooks
+    rows = result["rows"]
+    labels = [r["method"] for r in rows] + ["predicted (textbook formula)"]
+    values = [r["speedup_vs_plain"] for r in rows] + [result["predicted_speedup"]]
+    colors = ["grey" if r["method"].startswith(("plain", "HF generate, plain")) else
+              ("C1" if r["method"].startswith("HF") else "C0") for r in rows] + ["white"]
+    fig = Figure(figsize=(7.5, 0.5 * len(labels) + 1.4))
+    ax = fig.subplots()
+    bars = ax.barh(range(len(labels)), values, color=colors, edgecolor="black")
+    bars[-1].set_hatch("//")
+    for i, v in enumerate(values):
+        ax.text(v, i, f" {v:.2f}×", va="center", fontsize=10)
+    ax.axvline(1, color="black", lw=1, ls="--")
+    ax.set_yticks(range(len(labels)), labels, fontsize=10)
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(values + [1.0]) * 1.25)
+    s = result["settings"]
+    ax.set_xlabel(f"speedup over the faster plain row (×), {s.get('prompts', '?')} prompts × "
+                  f"{s.get('max_new_tokens', '?')} tokens, {s.get('device', '?')}")
+    best = max(rows, key=lambda r: r["speedup_vs_plain"])
+    ax.set_title(f"Fastest: {best['method']} at {best['speedup_vs_plain']:.2f}× plain decoding", fontsize=11)
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=120)
+    return fig
