@@ -86,6 +86,8 @@ def test_one_student_notebook_runs_and_its_checkers_say_not_attempted(students):
     finally:
         os.environ.clear()
         os.environ.update(env_before)
+    if os.environ.get("SPECDEC_KEEP_EXECUTED"):  # a folder: keep the executed copy (e.g. to build the book from)
+        nbformat.write(nb, Path(os.environ["SPECDEC_KEEP_EXECUTED"]) / path.name)
     text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert not [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert "Not attempted yet" in text
