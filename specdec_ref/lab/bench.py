@@ -119,8 +119,12 @@ def run_interleaved(methods: dict[str, Callable], encoded: list[torch.Tensor], p
     return rows
 
 
-def hf_generate(target, ids, max_new_tokens, sampling, generator, **assist) -> tuple[int, float]:  # [1, T] ->
-    """Hugging Face `generate` (plain, or assisted with `assistant_model=`), timed -> (new tokens, seconds)."""
+def hf_generate(target, ids, max_new_tokens, sampling, generator, *, keep: list | None = None,
+                **assist) -> tuple[int, float]:  # [1, T] ->
+    """Hugging Face `generate` (plain, or assisted with `assistant_model=`), timed -> (new tokens, seconds).
+
+    keep: a list to append the new tokens [n_new] to (chapter 6 compares them with ours token for token).
+    """
     kwargs = dict(max_new_tokens=max_new_tokens, min_new_tokens=0, do_sample=not sampling.greedy,
                   pad_token_id=target.config.eos_token_id, attention_mask=torch.ones_like(ids))
     if not sampling.greedy:
@@ -130,7 +134,10 @@ def hf_generate(target, ids, max_new_tokens, sampling, generator, **assist) -> t
     t0 = time.perf_counter()
     out = target.generate(ids, **kwargs, **assist)
     synchronize(ids.device)
-    return out.shape[1] - ids.shape[1], time.perf_counter() - t0
+    seconds = time.perf_counter() - t0
+    if keep is not None:
+        keep.append(out[0, ids.shape[1]:])  # [1, T + n_new] -> [n_new]
+    return out.shape[1] - ids.shape[1], seconds
 
 
 def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: int = 64, gamma: int = 4,
