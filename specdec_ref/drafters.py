@@ -28,7 +28,7 @@ from .sampling import SamplingConfig, logits_to_probs, sample
 @runtime_checkable
 class Drafter(Protocol):
     def propose(self, context_ids: torch.Tensor, gamma: int, sampling: SamplingConfig,
-                generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]: ...
+                generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]: ...  # [T] -> ([≤γ], [≤γ, V])
 
     def rollback(self, n_tokens: int) -> None: ...
 

@@ -67,7 +67,8 @@ def context_length(model) -> int | None:
     return getattr(model.config, "max_position_embeddings", None)
 
 
-def check_inputs(model, input_ids, max_new_tokens: int, sampling: SamplingConfig, name: str = "model") -> None:
+def check_inputs(model, input_ids, max_new_tokens: int, sampling: SamplingConfig,
+                 name: str = "model") -> None:  # input_ids [1, T]
     """Refuse bad input with a message that says what to fix."""
     if not isinstance(sampling, SamplingConfig):
         raise ValueError(f"sampling must be a specdec_ref.SamplingConfig, got {type(sampling).__name__}")
@@ -169,7 +170,7 @@ def speculative_step(target_lm: CachedModel, drafter: Drafter, tokens: torch.Ten
 
 
 def check_speculative_inputs(target, drafter: Drafter, input_ids: torch.Tensor, max_new_tokens: int, gamma: int,
-                             sampling: SamplingConfig, generator: torch.Generator | None) -> None:
+                             sampling: SamplingConfig, generator: torch.Generator | None) -> None:  # [1, T]
     """Everything `speculative_generate` refuses, with a message that says what to fix."""
     check_inputs(target, input_ids, max_new_tokens, sampling, "target")
     check_generator(generator, input_ids.device)
