@@ -157,8 +157,10 @@ class FeatureDrafter:
     """
     reads_target_features = True  # speculative_generate keeps the target's hidden states for this drafter
 
-    def __init__(self, head, default_gamma: int = 3):
-        self.head, self.default_gamma = head, default_gamma
+    def __init__(self, head, default_gamma: int = 3, *, confidence_stop: float | None = None):
+        if confidence_stop is not None and not 0 <= confidence_stop <= 1:
+            raise ValueError(f"confidence_stop must be a probability in [0, 1] (or None), got {confidence_stop}")
+        self.head, self.default_gamma, self.confidence_stop = head, default_gamma, confidence_stop
         self.vocab_size = head.vocab_size
         self.cache, self.n_fed, self.features, self.calls = None, 0, None, 0
 
@@ -174,16 +176,19 @@ class FeatureDrafter:
         f = self.head(h[None], x[None], self.cache)[0, -1:]  # [1, d] a guess of the newest token's feature
         self.n_fed = T - 1
         tokens, probs = [], []
-        for i in range(gamma):
-            p = logits_to_probs(self.head.logits(f)[0], sampling)  # [V], the same helper the target uses
+        while True:
+            logits = self.head.logits(f)[0]  # [V]
+            p = logits_to_probs(logits, sampling)  # [V], the same helper the target uses
             tokens.append(sample(p, generator))  # [1]
             probs.append(p)
-            if i + 1 < gamma:  # feed the guess back in: (f, drafted token) -> the next feature
-                f = self.head(f[None], tokens[-1][None], self.cache)[0]  # [1, d]
-        if gamma > 1:
-            self.cache.crop(-(gamma - 1))  # drop the guessed positions: only real target features stay cached
-        self.calls += gamma
-        return torch.cat(tokens), torch.stack(probs)  # [γ], [γ, V]
+            unsure = self.confidence_stop is not None and logits.softmax(-1).max() < self.confidence_stop
+            if len(tokens) == gamma or unsure:
+                break
+            f = self.head(f[None], tokens[-1][None], self.cache)[0]  # feed the guess back in: [1, d]
+        if len(tokens) > 1:
+            self.cache.crop(-(len(tokens) - 1))  # drop the guessed positions: only real target features stay
+        self.calls += len(tokens)
+        return torch.cat(tokens), torch.stack(probs)  # [≤γ], [≤γ, V]
 
     def rollback(self, n_tokens: int) -> None:
         if n_tokens == 0:

@@ -74,3 +74,16 @@ def test_feature_drafter_sequences_match_exact_target_distribution():
         bad = speculative_sequence_counts(target, FeatureDrafter(toy_head(target)), prompt, n_tokens, 3, sampling,
                                           2000, torch.Generator().manual_seed(0))
     assert chi_square_gof(bad, exact).rejects(SIGNIFICANCE)
+
+
+def test_confidence_stop_drafts_fewer_tokens_and_stays_exact_for_greedy():
+    target = tiny_llama(8, seed=0, hidden=32, n_layers=2)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    plain = sd.autoregressive_generate(target, ids, 30, sampling=GREEDY).tokens.tolist()
+    full = sd.speculative_generate(target, FeatureDrafter(toy_head(target)), ids, 30, gamma=4, sampling=GREEDY)
+    short = sd.speculative_generate(target, FeatureDrafter(toy_head(target), confidence_stop=0.99), ids, 30,
+                                    gamma=4, sampling=GREEDY)
+    assert short.tokens.tolist() == full.tokens.tolist() == plain
+    assert sum(short.stats.drafted) < sum(full.stats.drafted)  # a random head is never 99% sure: one per step
+    with pytest.raises(ValueError, match="confidence_stop"):
+        FeatureDrafter(toy_head(target), confidence_stop=1.5)
