@@ -52,6 +52,7 @@ class EagleConfig:
     n_grounded: int = 600  # paragraphs it writes for rewrite / summarise / extract tasks
     n_template: int = 800  # template prompts from distill.prompts mixed in
     followup_share: float = 0.2  # share of answers that get a second, follow-up turn
+    max_prompts: int = 0  # answer only the first this many prompts (0: all of them)
     batch_prompts: int = 48  # prompts answered together
     max_new_tokens: int = 192  # answer length cap
     threads: int = 1  # torch threads (1 is faster than 2 when another job shares the 2 cores)
@@ -343,6 +344,7 @@ def run(cfg: EagleConfig, target=None, tokenizer=None):
     target, tokenizer = start_run(cfg, target, tokenizer)
     gen_model = copy.deepcopy(target).to(torch.bfloat16)  # data in bfloat16: several times faster on CPUs with AMX
     prompts = make_prompts(cfg, gen_model, tokenizer)
+    prompts = prompts[:cfg.max_prompts] if cfg.max_prompts else prompts
     log(cfg, f"{len(prompts)} training prompts")
     feats = make_features(cfg, gen_model, make_answers(cfg, gen_model, tokenizer, prompts))
     del gen_model
