@@ -38,8 +38,8 @@ def toy_pair():
 
 @pytest.fixture(scope="session")
 def offline_pair():
-    """The real offline target (SmolLM2-135M-Instruct, fp32) with whatever draft load_offline_pair ships."""
+    """The real offline target (SmolLM2-135M-Instruct) in float32, with the distilled LM draft."""
     from specdec_ref import load_offline_pair
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return load_offline_pair()
+        return load_offline_pair(dtype=torch.float32, draft="lm")

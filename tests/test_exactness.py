@@ -100,7 +100,7 @@ def test_late_bug_is_invisible_when_only_two_tokens_are_drafted(pair3):
 
 def test_chi_square_rejects_draft_processed_differently_from_target(pair3):
     target, draft = pair3
-    sampling = sd.SamplingConfig(0.6, top_p=0.8)  # the loop's config; the broken draft samples at T=1 instead
+    sampling = sd.SamplingConfig(0.4, top_p=0.8)  # the loop's config; the broken draft samples at T=1 instead
     broken = DraftProcessedDifferently(sd.ModelDrafter(draft), actual=T1)
     assert chi_square_gof(counts(target, broken, 3, sampling), exact(target, sampling)).rejects(SIGNIFICANCE)
 

@@ -36,7 +36,7 @@ def test_hub_pair_loader_slices_padded_vocabularies_to_the_tokenizer(tmp_path):
     assert len(tokenizer) == len(WORDS)
     ids = tokenizer("the cat sat", return_tensors="pt")["input_ids"]
     assert target(ids).logits.shape[-1] == draft(ids).logits.shape[-1] == len(WORDS)
-    assert target.dtype == torch.float32 and not target.training
+    assert target.dtype == M.default_dtype(torch.device("cpu")) and not target.training  # the fastest the CPU has
     out = sd.speculative_generate(target, draft, ids, 6, gamma=2, generator=torch.Generator().manual_seed(0))
     assert out.tokens.shape == (6,) and int(out.tokens.max()) < len(WORDS)
 
@@ -51,9 +51,25 @@ def test_hub_pair_loader_refuses_models_with_different_tokenizers(tmp_path):
 def test_pair_registry_and_device_choice():
     assert {"smollm2", "qwen2.5", "gpt2"} <= set(sd.PAIRS)
     assert M.auto_pair_name(torch.device("cpu")) == "offline"
-    assert M.default_dtype(torch.device("cpu")) == torch.float32
     with pytest.raises(ValueError, match="unknown pair"):
         sd.load_pair("no-such-pair", device="cpu")
+
+
+@pytest.mark.parametrize("native, want", [(True, torch.bfloat16), (False, torch.float32)])
+def test_cpu_dtype_is_bfloat16_only_where_the_cpu_multiplies_it_natively(monkeypatch, native, want):
+    monkeypatch.setattr(M, "native_bf16_cpu", lambda: native)
+    assert M.default_dtype(torch.device("cpu")) == want
+
+
+def test_native_bf16_is_read_from_the_cpu_flags():
+    assert M.native_bf16_cpu("flags\t\t: fpu sse2 avx2 avx512f avx512_bf16 amx_tile\n")
+    assert M.native_bf16_cpu("flags\t\t: fpu sse2 avx2 amx_bf16\n")
+    assert not M.native_bf16_cpu("flags\t\t: fpu sse2 avx2 avx512f\n")  # AVX-512 alone emulates bf16
+
+
+def test_unknown_draft_kind_is_refused():
+    with pytest.raises(ValueError, match="draft must be"):
+        sd.load_offline_pair(draft="bigram")
 
 
 def test_missing_offline_wheel_gives_install_hint(monkeypatch):
@@ -79,7 +95,7 @@ def test_placeholder_draft_is_announced_loudly(monkeypatch):
     from specdec_ref.models import offline_draft
     monkeypatch.setattr(offline_draft, "available", lambda: False)
     with pytest.warns(UserWarning, match="PLACEHOLDER"):
-        _, draft, _ = sd.load_offline_pair()
+        _, draft, _ = sd.load_offline_pair(draft="lm")
     assert draft.config.num_hidden_layers == 2 and not isinstance(draft.lm_head, offline_draft.ReducedHead)
 
 

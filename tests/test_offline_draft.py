@@ -48,7 +48,7 @@ def test_shipped_draft_loads_offline_with_the_targets_vocabulary(offline_pair, n
 def test_load_offline_pair_returns_the_distilled_draft_without_warning(no_network):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        target, draft, tok = sd.load_offline_pair()
+        target, draft, tok = sd.load_offline_pair(draft="lm")
     assert isinstance(draft.lm_head, offline_draft.ReducedHead)
 
 
