@@ -196,3 +196,35 @@ class FeatureDrafter:
         elif n_tokens - 1 < self.n_fed:
             self.cache.crop(-(self.n_fed - (n_tokens - 1)))
             self.n_fed = n_tokens - 1
+
+
+class FallbackDrafter:
+    """Several drafters in order of preference: the first that proposes anything drafts this iteration.
+
+    `FallbackDrafter(NgramDrafter(V), ModelDrafter(draft))` copies from the context when it can (free) and asks
+    the model draft only when lookup finds nothing. Which drafter speaks depends on the context alone, never on
+    the target's random draws, so verification stays exact. Every drafter is rolled back each iteration, so a
+    model draft that sat idle catches up on the tokens it missed the next time it is asked.
+    """
+
+    def __init__(self, *drafters: Drafter):
+        if not drafters:
+            raise ValueError("FallbackDrafter needs at least one drafter, e.g. FallbackDrafter(NgramDrafter(V), model)")
+        self.drafters = [d if isinstance(d, Drafter) else ModelDrafter(d) for d in drafters]  # a bare HF model works
+        self.vocab_size = getattr(self.drafters[0], "vocab_size", None)
+        self.used: list[int] = []  # index of the drafter that proposed, per iteration, over all runs
+
+    @property
+    def calls(self) -> int:
+        return sum(getattr(d, "calls", 0) for d in self.drafters)
+
+    def propose(self, context_ids, gamma, sampling, generator=None):  # [T] -> ([≤γ], [≤γ, V])
+        for i, drafter in enumerate(self.drafters):
+            tokens, probs = drafter.propose(context_ids, gamma, sampling, generator)
+            if tokens.shape[0] or i == len(self.drafters) - 1:
+                self.used.append(i)
+                return tokens, probs
+
+    def rollback(self, n_tokens: int) -> None:
+        for drafter in self.drafters:
+            drafter.rollback(n_tokens)

@@ -131,3 +131,26 @@ def training_prompts(n: int, seed: int = 0) -> list[str]:
         raise ValueError(f"asked for {n} training prompts, but the templates make only {len(combos)}")
     random.Random(seed).shuffle(combos)  # a fixed order: asking for more prompts only appends to the list
     return [t.format(topic=p) + s for t, p, s in combos[:n]]
+
+
+# Chapter 5: the same drafts on open questions and on tasks whose answer is grounded in the input.
+EXTRACT_PROMPTS = [
+    "Extract the name, the city and the order number from this message, one per line as 'field: value':\n\n"
+    "Hello, this is Maria Lopez from Valencia. My order number is 48213 and the blue kettle arrived broken. "
+    "Could you send a replacement to Calle Mayor 12, Valencia? Thank you, Maria Lopez.",
+    "List every date and the event on that date from this text, one per line:\n\n"
+    "The library opens its new reading room on 3 March. A poetry evening follows on 10 March, the book sale "
+    "runs on 17 March, and the children's story hour starts again on 24 March.",
+]
+SUMMARY_PROMPTS = [
+    "Summarise this paragraph in two sentences, reusing its words:\n\n" + REWRITE_PARAGRAPH,
+    "Summarise this note in one sentence:\n\nThe team meeting moves from Monday to Wednesday at 10 am because "
+    "the projector in room 4 is being repaired. Please bring the draft budget and the list of open questions, "
+    "and tell Anna by Tuesday if you cannot come.",
+]
+TASK_PROMPTS = {  # task -> prompts; the first is open-ended, the others copy from their input
+    "open question": HELD_OUT[:2],
+    "rewrite": REWRITE_PROMPTS,
+    "extract fields": EXTRACT_PROMPTS,
+    "summarise": SUMMARY_PROMPTS,
+}

@@ -48,6 +48,7 @@ class TrainConfig:
     init_layers: tuple = (0, 29)  # target layers the draft's layers start from
     n_vocab: int = 8192  # draft head size: the most frequent tokens in the target's answers
     train_head: bool = False  # also train the head rows (else they stay the target's tied embedding rows)
+    loss: str = "kl"  # "kl": KL(target || draft); "tv": total variation = 1 - α at T=1 (DistillSpec)
     steps: int = 1200  # optimiser steps
     batch_tokens: int = 4096  # tokens per optimiser step (approximately)
     lr: float = 3e-4  # peak learning rate (linear warm-up, cosine decay)
@@ -193,14 +194,24 @@ def collate(rows: list[dict], full2sub: torch.Tensor, pad_id: int):
     return ids, torch.cat(bs), torch.cat(ts), lab_ids.clamp(min=0), lab_p
 
 
-def distill_loss(draft, ids, bs, ts, lab_ids, lab_p, dtype: torch.dtype):
-    """KL(teacher || draft) on answer positions, and the draft's top-1 agreement with the teacher's top-1."""
+def distill_loss(draft, ids, bs, ts, lab_ids, lab_p, dtype: torch.dtype, loss: str = "kl"):
+    """KL(teacher || draft) (or, with loss="tv", the total variation 1 - Σ min(p, q)) on answer positions,
+    and the draft's top-1 agreement with the teacher's top-1.
+
+    TV is exactly 1 - α at T=1 for one position, the quantity speculative sampling pays for; it only sees
+    the teacher's top-k tokens, where the teacher has mass (elsewhere min(p, q) = 0).
+    """
+    if loss not in ("kl", "tv"):
+        raise ValueError(f"loss must be 'kl' or 'tv', got {loss!r}")
     with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
         hidden = draft.model(input_ids=ids, use_cache=False).last_hidden_state  # [B, L, d]
         logits = draft.lm_head.reduced_logits(hidden[bs, ts])  # [N, n_vocab]
     logq = logits.float().log_softmax(-1)  # [N, n_vocab]
     logq_lab = logq.gather(1, lab_ids)  # [N, k]
-    kl = (lab_p * (lab_p.clamp(min=1e-9).log() - logq_lab)).sum(-1).mean()
+    if loss == "tv":  # 1 - Σ_x min(p_target(x), p_draft(x)), over the teacher's top-k
+        kl = 1 - torch.minimum(lab_p, logq_lab.exp()).sum(-1).mean()
+    else:
+        kl = (lab_p * (lab_p.clamp(min=1e-9).log() - logq_lab)).sum(-1).mean()
     agree = (logq.argmax(-1) == lab_ids[:, 0]).float().mean()
     return kl, agree
 
@@ -283,7 +294,7 @@ def train(cfg: TrainConfig, target, rows: list[dict], eos_token_id: int):
         order = list(range(len(batches)))
         random.Random(cfg.seed * 1000 + epoch).shuffle(order)
         parts = collate([train_rows[j] for j in batches[order[i]]], full2sub, pad_id)
-        kl, agree = distill_loss(draft, *parts, dtype)
+        kl, agree = distill_loss(draft, *parts, dtype, cfg.loss)
         optimiser_step(opt, params, kl, lr_at(cfg, step))
         step += 1
         if step % 10 == 0:
