@@ -11,6 +11,7 @@ from typing import Callable
 import torch
 
 from ..sampling import SamplingConfig, logits_to_probs, sample
+from ..generate import speculative_step as reference_step  # the package's step, whatever `using_step` swaps in
 from ..verify import residual
 
 
@@ -101,3 +102,38 @@ def verify_late_without_residual(draft_tokens, draft_probs, target_probs, genera
         wrong = i >= first_wrong
         return i, sample(target_probs[i] if wrong else residual(target_probs[i], draft_probs[i]), generator)
     return draft_tokens.shape[0], sample(target_probs[-1], generator)
+
+
+@contextlib.contextmanager
+def using_step(fn: Callable):
+    """Run `speculative_generate` with a different `speculative_step` inside the block (the capstone's checker)."""
+    from .. import generate
+    original = generate.speculative_step
+    generate.speculative_step = fn
+    try:
+        yield
+    finally:
+        generate.speculative_step = original
+
+
+def step_with_verify(verify_fn: Callable) -> Callable:
+    """The package's `speculative_step` with another verify inside it: a broken step for each broken verify above."""
+    def step(target_lm, drafter, tokens, gamma, sampling, generator):  # [T] -> ([T + n + 1], Step)
+        with using_verify(verify_fn):
+            return reference_step(target_lm, drafter, tokens, gamma, sampling, generator)
+    step.__name__ = f"step_with_{verify_fn.__name__}"
+    return step
+
+
+def step_target_unprocessed(target_lm, drafter, tokens, gamma, sampling, generator):  # [T] -> ([T + n + 1], Step)
+    """Bug: the target's logits go through a plain softmax (no temperature, top-k, top-p) while the draft's are processed.
+
+    The draft and the target are then processed differently, the mistake behind Hugging Face bugs #32867 and #47932.
+    """
+    from .. import generate
+    original = generate.logits_to_probs
+    generate.logits_to_probs = lambda logits, _sampling: logits.softmax(-1)  # [k, V] -> [k, V], ignores `sampling`
+    try:
+        return reference_step(target_lm, drafter, tokens, gamma, sampling, generator)
+    finally:
+        generate.logits_to_probs = original

@@ -13,7 +13,7 @@ from ...lab.broken import using_verify
 from ...sampling import SamplingConfig, logits_to_probs
 from ...lab.stats import SIGNIFICANCE, chi_square_gof, emitted_token_counts
 from ...verify import verify
-from .common import attempted, random_pairs, toy_exactness_test
+from .common import answered, attempted, random_pairs, toy_exactness_test
 
 GREEDY = SamplingConfig(temperature=0)
 
@@ -93,3 +93,29 @@ def check_cache_lengths(context_len: int, gamma: int, n_accepted: int, answer) -
     assert not wrong, ("\n".join(wrong) + "\nHint: the draft never runs on its own last proposal; after the step "
                        "neither cache holds the token that was just emitted, and rollback only ever shortens a cache.")
     print(f"Correct: {dict(zip(names, truth))}")
+
+
+def perfect_draft_passes(max_new_tokens: int, gamma: int) -> int:
+    """Target passes `speculative_generate` makes when every guess is accepted (the first one includes the prefill)."""
+    if max_new_tokens < 1 or gamma < 1:
+        raise ValueError(f"max_new_tokens and gamma must be >= 1, got {max_new_tokens} and {gamma}")
+    new = passes = 0
+    while new < max_new_tokens:
+        g = min(gamma, max_new_tokens - new - 1)  # the loop never drafts past max_new_tokens
+        new += g + 1  # g accepted guesses plus the bonus token
+        passes += 1
+    return passes
+
+
+def check_perfect_draft_passes(max_new_tokens: int, gamma: int, answer) -> None:
+    """answer = target passes for max_new_tokens new tokens when the draft is always right."""
+    if not answered(answer, "a number of target passes"):
+        return
+    truth = perfect_draft_passes(max_new_tokens, gamma)
+    full, rest = divmod(max_new_tokens, gamma + 1)
+    assert int(answer) == truth, (
+        f"{answer} is not right. Hint: a full iteration yields γ + 1 = {gamma + 1} tokens ({full} of them give "
+        f"{full * (gamma + 1)}); what does the loop do with the {rest} token(s) left over, given that it never "
+        "drafts past max_new_tokens?")
+    print(f"Correct: {truth} target passes for {max_new_tokens} tokens with γ = {gamma}, against "
+          f"{max_new_tokens} for plain decoding ({max_new_tokens / truth:.1f}x fewer).")

@@ -7,14 +7,22 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 from typing import Callable
 
 import torch
 
+from ...cache import CachedModel
+from ...drafters import ModelDrafter
+from ...generate import Step, autoregressive_generate, speculative_generate
+from ...lab.broken import using_step
 from ...lab.stats import SIGNIFICANCE
+from ...sampling import SamplingConfig
 from ...verify import accepted_mass, residual
-from .common import N_TOKENS, attempted, random_pairs, toy_exactness_test
+from .common import N_TOKENS, answered, attempted, random_pairs, toy_exactness_test
 
+GREEDY = SamplingConfig(temperature=0)
+CAPSTONE_SAMPLING = SamplingConfig(temperature=1.0)  # the capstone's chi-square stage (stage 1, greedy, catches unprocessed logits)
 
 
 @contextlib.contextmanager
@@ -91,3 +99,102 @@ def check_no_residual_distribution(fn: Callable) -> None:
 def reference_residual(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:
     """The package's residual (for comparison in the solutions)."""
     return residual(target_probs, draft_probs)
+
+
+def samples_needed(tv: float, bins: int = 16, delta: float = 0.05) -> int:
+    """Draws n at which `stats.tv_upper_bound`'s width ε/2 falls to tv: ε = sqrt(2 (K ln 2 + ln(1/δ)) / n) = 2 tv."""
+    if not 0 < tv <= 1:
+        raise ValueError(f"tv must be in (0, 1], got {tv}")
+    return math.ceil(2 * (bins * math.log(2) + math.log(1 / delta)) / (2 * tv) ** 2)
+
+
+def check_samples_needed(tv: float, answer, bins: int = 16, delta: float = 0.05) -> None:
+    """answer = roughly how many draws the TV bound (K = bins, confidence 1 - delta) needs to see a shift of tv.
+
+    A rough estimate is the point, so anything within a factor of 2 of the bound's own answer passes.
+    """
+    if not answered(answer, "a number of draws"):
+        return
+    truth, got = samples_needed(tv, bins, delta), float(answer)
+    if 2.5 * truth < got < 6 * truth:
+        raise AssertionError(f"{got:.3g} is about 4x too many. Hint: the bound is the observed TV plus ε/2, not plus ε.")
+    assert truth / 2 <= got <= 2 * truth, (
+        f"{got:.3g} is not within a factor of 2 of the answer. Hint: with n draws the bound adds "
+        f"ε/2 = sqrt(2 (K ln 2 + ln(1/δ)) / n) / 2, with K = {bins} bins and δ = {delta}; set it equal to "
+        f"the shift, {tv:.4f}, and solve for n.")
+    print(f"Correct: about {truth:,} draws (K = {bins}, δ = {delta}) before a shift of TV = {tv:.4f} must show.")
+
+
+# ----------------------------------------------------------------------------------------------
+# Capstone: write the loop's step yourself
+# ----------------------------------------------------------------------------------------------
+
+def capstone_pair():
+    """The toy pair the capstone's greedy stage decodes with (the chi-square stage uses common.toy_exactness_test's)."""
+    from ...models.toy import tiny_pair
+    return tiny_pair(vocab_size=6, seed=0, noise=0.15, max_positions=128)
+
+
+def as_loop_step(fn: Callable) -> Callable:
+    """Wrap a reader's step as the loop's `speculative_step`, checking what it returns and what it leaves cached.
+
+    fn(target_lm, drafter, tokens [T], gamma, sampling, generator) returns the new sequence [T + n + 1], or,
+    like the package's own step, (new sequence, Step).
+    """
+    def step(target_lm, drafter, tokens, gamma, sampling, generator):  # [T] -> ([T + n + 1], Step)
+        out = fn(target_lm, drafter, tokens, gamma, sampling, generator)
+        new = out[0] if isinstance(out, tuple) else out
+        assert torch.is_tensor(new) and new.dim() == 1, (
+            f"return the whole new sequence, a 1-D tensor [T + n + 1], not {type(new).__name__} "
+            f"of shape {tuple(getattr(new, 'shape', ()))}")
+        T, n = tokens.shape[0], new.shape[0] - tokens.shape[0] - 1
+        assert 0 <= n <= gamma, f"one step adds between 1 and γ + 1 = {gamma + 1} tokens; yours added {n + 1}"
+        assert torch.equal(new[:T], tokens), "the context (the first T tokens) must come back unchanged"
+        for name, lm in (("target", target_lm), ("draft", getattr(drafter, "lm", None))):
+            if isinstance(lm, CachedModel):
+                assert lm.n_cached <= new.shape[0] - 1, (
+                    f"after the step the {name}'s cache holds {lm.n_cached} tokens, but only {new.shape[0] - 1} "
+                    "of the new sequence's tokens can be in it (the newest is not cached yet). "
+                    f"Hint: roll it back with .rollback(new_tokens.shape[0] - 1).")
+        if isinstance(out, tuple):
+            return out
+        return new, Step(context_len=T, draft_tokens=new[T:T + n], draft_probs=torch.empty(0),
+                         target_probs=torch.empty(0), n_accepted=n, next_token=int(new[-1]),
+                         target_cache_before=-1, target_cache_after=target_lm.n_cached,
+                         draft_cache_before=-1, draft_cache_after=-1)  # -1: not reported by the reader's step
+    return step
+
+
+def check_capstone_step(fn: Callable, n_sequences: int = 2000, n_greedy: int = 40) -> None:
+    """Swap fn into `speculative_generate` and run the exactness checks: greedy equality, then chi-square.
+
+    1. Greedy: speculative decoding with fn must give exactly the target's greedy text (n_greedy tokens, γ = 3).
+    2. Sampling: n_sequences five-token samples on the vocab-3 toy pair (γ = 4, temperature 1) against the
+       exact distribution, chi-square at level SIGNIFICANCE.
+    """
+    target, draft = capstone_pair()
+    with torch.inference_mode():
+        if not attempted(fn, CachedModel(target), ModelDrafter(draft), torch.tensor([1, 2, 0]), 2, GREEDY, None):
+            return
+    prompt = torch.tensor([[1, 2, 3]])
+    want = autoregressive_generate(target, prompt, n_greedy, sampling=GREEDY).tokens
+    with using_step(as_loop_step(fn)):
+        got = speculative_generate(target, draft, prompt, n_greedy, gamma=3, sampling=GREEDY)
+    assert got.tokens.shape == want.shape, f"{got.tokens.shape[0]} tokens generated, {want.shape[0]} asked for"
+    first = int((got.tokens != want).nonzero()[0]) if not torch.equal(got.tokens, want) else None
+    assert first is None, (
+        f"greedy speculative decoding with your step differs from the target's greedy text at new token {first}: "
+        f"{got.tokens[:first + 1].tolist()} vs {want[:first + 1].tolist()}. Hint: are the target's γ + 1 rows the "
+        "ones that predict each draft token and the bonus token? Are both caches rolled back?")
+    print(f"Stage 1 passed: greedy speculative decoding with your step equals the target's greedy text "
+          f"({n_greedy} tokens, γ = 3, {sum(got.stats.accepted)} guesses accepted).")
+    with using_step(as_loop_step(fn)):
+        result = toy_exactness_test(n_sequences, gamma=4, sampling=CAPSTONE_SAMPLING)
+    print(f"Stage 2: {result.n} five-token samples on the toy pair (γ = 4, T = {CAPSTONE_SAMPLING.temperature}), "
+          f"chi-square against the exact distribution: {result}, significance level {SIGNIFICANCE}")
+    assert not result.rejects(SIGNIFICANCE), (
+        "the sequences your step generates are not distributed as the target's. Hint: is every distribution, the "
+        "draft's and the target's, processed by logits_to_probs with the same sampling config? Is the replacement "
+        "drawn from the residual?")
+    print("Passed: your step is exact, as far as both tests can tell; the same tests reject the broken steps of "
+          "specdec_ref.lab.broken.")
