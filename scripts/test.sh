@@ -10,7 +10,7 @@ export SPECDEC_QUICK=${SPECDEC_QUICK:-1} HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 start=$(date +%s)
 
 echo "== unit and statistical tests"
-python -m pytest -q tests
+python -m pytest -q -n 2 tests  # two workers: every test runs single-threaded (tests/conftest.py)
 
 echo "== a reader's runtime: the package and its runtime dependencies only (.venv-reader)"
 bash scripts/setup_reader.sh
@@ -22,7 +22,7 @@ echo "== chapters (nbmake in the reader's runtime, SPECDEC_QUICK=$SPECDEC_QUICK)
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 cp -r book _config.yml _toc.yml "$scratch"/
-.venv-reader/bin/python -m pytest -q -p no:cacheprovider --nbmake --nbmake-timeout=900 --overwrite "$scratch"/book
+OMP_NUM_THREADS=1 .venv-reader/bin/python -m pytest -q -n 2 -p no:cacheprovider --nbmake --nbmake-timeout=900 --overwrite "$scratch"/book
 
 echo "== book (jupyter-book, -W -n --keep-going, from the executed chapters)"
 # The chapters ran once, above; the book renders their outputs (glued numbers included) without re-running them.
