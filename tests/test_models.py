@@ -127,3 +127,25 @@ def test_batched_and_one_token_logits_differ_only_by_rounding(offline_pair):
     single = torch.cat([lm.logits(ids[: ids.shape[0] - 4 + i]) for i in range(5)])  # 5 one-token passes
     assert batched.shape == single.shape == (5, 49152)
     assert (batched - single).abs().max() < 1e-3
+
+
+def test_check_fp16_safe_passes_a_normal_model_and_names_an_overflowing_one(tmp_path):
+    path = _save_tiny(tmp_path / "m", 10, _word_tokenizer(WORDS), 0)
+    tokenizer = _word_tokenizer(WORDS)
+    model = LlamaForCausalLM.from_pretrained(path, dtype=torch.float16).eval()
+    M.check_fp16_safe(model, tokenizer, "the cat sat")
+    with torch.no_grad():
+        model.lm_head.weight.fill_(60000.0)  # 16 normalised features x 60000: logits far past float16's 65504
+    with pytest.raises(ValueError, match="overflows in torch.float16"):
+        M.check_fp16_safe(model, tokenizer, "the cat sat")
+
+
+def test_hub_pair_loader_checks_float16_for_overflow(tmp_path, monkeypatch):
+    tok = _word_tokenizer(WORDS)
+    a, b = _save_tiny(tmp_path / "a", 10, tok, 0), _save_tiny(tmp_path / "b", 10, tok, 1)
+    checked = []
+    monkeypatch.setattr(M, "check_fp16_safe", lambda model, tokenizer: checked.append(model.dtype))
+    sd.load_hf_pair(a, b, device="cpu", dtype=torch.float32)
+    assert checked == []
+    sd.load_hf_pair(a, b, device="cpu", dtype=torch.float16)
+    assert checked == [torch.float16, torch.float16]

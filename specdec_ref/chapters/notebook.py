@@ -7,6 +7,15 @@ import os
 
 QUICK = os.environ.get("SPECDEC_QUICK", "0") not in ("", "0", "false", "False")  # CI sets SPECDEC_QUICK=1
 
+# Where Colab installs the package from. REPO_URL must equal _config.yml's `repository.url` (the launch buttons use
+# that); RELEASE is a git tag that maintainers create on the commit the notebooks should install, so a chapter
+# opened later still gets the package it was written against, not whatever `main` has become. Change either here,
+# in _config.yml, then run `python scripts/sync_install_cells.py` (tests/test_colab.py checks all three agree).
+REPO_URL = "https://github.com/specdec-book/specdec-book"
+RELEASE = "v0.1.0"  # "v" + the version in pyproject.toml
+INSTALL_SPEC = f"specdec_ref @ git+{REPO_URL}@{RELEASE}"  # what each chapter's install cell pip-installs
+COLAB_METADATA = {"accelerator": "GPU", "colab": {"gpuType": "T4", "provenance": []}}  # opens on a GPU runtime
+
 GLUE_PREFIX = "application/papermill.record/"  # MyST-NB's mime prefix for values glued with display=False
 
 

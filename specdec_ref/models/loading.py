@@ -152,6 +152,25 @@ def slice_vocab(model, n: int) -> None:
         model.resize_token_embeddings(n)
 
 
+FP16_PROBE = "Explain, step by step, why the sky is blue."  # one ordinary prompt for check_fp16_safe
+
+
+@torch.inference_mode()
+def check_fp16_safe(model, tokenizer, prompt: str = FP16_PROBE) -> None:
+    """Run one prompt; raise ValueError if the logits are not all finite (activations overflowed float16's 65504).
+
+    Some checkpoints trained in bfloat16 have activations beyond float16's range: in float16 their logits
+    turn into inf or NaN, and every probability computed from them is garbage.
+    """
+    ids = encode_chat(tokenizer, prompt, model.device)  # [1, T]
+    logits = model(input_ids=ids).logits  # [1, T, V]
+    if not torch.isfinite(logits).all():
+        name = getattr(model.config, "_name_or_path", "") or model.__class__.__name__
+        raise ValueError(f"{name} overflows in {model.dtype}: its logits contain inf or NaN. Load it with "
+                         "dtype=torch.bfloat16 (GPUs of compute capability 8.0+) or torch.float32, or choose "
+                         "another pair")
+
+
 def load_hf_pair(target_id: str, draft_id: str, device: torch.device | str | None = None,
                  dtype: torch.dtype | None = None):
     """Load two causal LMs that share a tokenizer -> (target, draft, tokenizer); logits sliced to len(tokenizer)."""
@@ -166,6 +185,8 @@ def load_hf_pair(target_id: str, draft_id: str, device: torch.device | str | Non
         model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, use_safetensors=True)
         slice_vocab(model, len(tokenizer))
         models.append(model.to(device).eval())
+        if dtype == torch.float16:  # the default on GPUs older than Ampere (a Colab T4): check it does not overflow
+            check_fp16_safe(models[-1], tokenizer)
     return models[0], models[1], tokenizer
 
 
