@@ -60,3 +60,13 @@ def test_sync_script_is_idempotent(tmp_path):
     nbformat.write(nb, path)
     assert sync.sync(path) is True and sync.sync(path) is False
     assert notebook.INSTALL_SPEC in path.read_text()
+
+
+def test_copy_in_dtype_copies_a_small_model_and_refuses_one_over_the_limit(toy_pair, capsys):
+    import torch
+    target, _ = toy_pair  # float64
+    assert notebook.copy_in_dtype(target, torch.float64) is target
+    small = notebook.copy_in_dtype(target, torch.float32)
+    assert small is not target and small.dtype == torch.float32 and target.dtype == torch.float64
+    assert notebook.copy_in_dtype(target, torch.float32, max_bytes=100) is None
+    assert "Skipped: a float32 copy" in capsys.readouterr().out

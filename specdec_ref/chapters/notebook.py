@@ -1,9 +1,12 @@
 """Small helpers shared by the chapters: quick mode, showing package source, gluing numbers into prose."""
 from __future__ import annotations
 
+import copy
 import importlib.util
 import inspect
 import os
+
+import torch
 
 QUICK = os.environ.get("SPECDEC_QUICK", "0") not in ("", "0", "false", "False")  # CI sets SPECDEC_QUICK=1
 
@@ -42,6 +45,28 @@ def glue(name: str, value, display: bool = True) -> None:
     prefix = "" if display else GLUE_PREFIX
     metadata["scrapbook"] = dict(name=name, mime_prefix=prefix)
     ipy_display({prefix + k: v for k, v in bundle.items()}, raw=True, metadata=metadata)
+
+
+COPY_LIMIT_BYTES = 4 * 2**30  # the largest model copy a chapter makes just to compare dtypes
+
+
+def copy_in_dtype(model, dtype: torch.dtype, *, max_bytes: int = COPY_LIMIT_BYTES):
+    """model itself if already in dtype, else a copy in dtype; None (and a printed reason) if the copy is too big.
+
+    Too big: over max_bytes, or, on a GPU, over 80% of its free memory. A 7B target on a GPU is never
+    deep-copied to float32 (28 GB) just to draw a comparison curve.
+    """
+    if model.dtype == dtype:
+        return model
+    n_bytes = sum(p.numel() for p in model.parameters()) * torch.finfo(dtype).bits // 8
+    device = next(model.parameters()).device
+    free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None
+    if n_bytes > max_bytes or (free is not None and n_bytes > 0.8 * free):
+        where = f", {free / 2**30:.1f} GiB free on {device}" if free is not None else ""
+        print(f"Skipped: a {str(dtype).removeprefix('torch.')} copy of this model would take {n_bytes / 2**30:.1f} GiB "
+              f"(limit {max_bytes / 2**30:.0f} GiB{where}); it stays in {str(model.dtype).removeprefix('torch.')}.")
+        return None
+    return copy.deepcopy(model).to(dtype)
 
 
 def show_source(obj) -> None:
