@@ -185,7 +185,8 @@ def check_capstone_step(fn: Callable, n_sequences: int = 2000, n_greedy: int = 4
     assert first is None, (
         f"greedy speculative decoding with your step differs from the target's greedy text at new token {first}: "
         f"{got.tokens[:first + 1].tolist()} vs {want[:first + 1].tolist()}. Hint: are the target's γ + 1 rows the "
-        "ones that predict each draft token and the bonus token? Are both caches rolled back?")
+        "ones that predict each draft token and the bonus token? Do they go through logits_to_probs with `sampling`? "
+        "Are both caches rolled back?")
     print(f"Stage 1 passed: greedy speculative decoding with your step equals the target's greedy text "
           f"({n_greedy} tokens, γ = 3, {sum(got.stats.accepted)} guesses accepted).")
     with using_step(as_loop_step(fn)):
