@@ -116,3 +116,23 @@ def test_chi_square_at_real_prefix_rejects_sampler_without_residual(real_prefix)
     counts = _first_token_counts(verify_without_residual, target_row, draft_row, 12000, seed=0)
     result = chi_square_gof(counts, {i: float(p) for i, p in enumerate(target_row) if p > 0})
     assert result.rejects(SIGNIFICANCE), f"verify_without_residual was not caught: {result}"
+
+
+def test_shipped_feature_head_fits_the_size_budget_and_loads_offline(offline_pair, no_network):
+    """The EAGLE-style head ships as float16 safetensors (fc + one layer; embedding and head rows are the
+    target's own) and drafts through the same loop, token for token equal to plain greedy decoding."""
+    from specdec_ref.drafters import FeatureDrafter
+    from specdec_ref.models import feature_draft
+    if not feature_draft.available():
+        pytest.fail("the feature head's weights are missing from specdec_ref/models/weights/feature_draft")
+    total = sum(p.stat().st_size for p in feature_draft.WEIGHTS_DIR.iterdir())
+    assert total <= 30 * 2**20, f"shipped feature head is {total / 2**20:.1f} MiB, the budget is 30 MiB"
+    target, _, tok = offline_pair
+    head = feature_draft.load(target)
+    assert head.vocab_size == vocab_size(target) == len(tok)
+    ids = sd.encode_chat(tok, HELD_OUT[2])
+    greedy = sd.SamplingConfig(0)
+    plain = sd.autoregressive_generate(target, ids, 24, sampling=greedy).tokens
+    out = sd.speculative_generate(target, FeatureDrafter(head), ids, 24, gamma=3, sampling=greedy)
+    assert out.tokens.tolist() == plain.tolist()
+    assert sum(out.stats.accepted) > 0  # a trained head: some of its guesses are right
