@@ -93,7 +93,7 @@ def load_offline_pair(device: torch.device | str | None = None, dtype: torch.dty
                          "python -m specdec_ref.distill.eagle, or use draft='lm'")
     if draft in ("auto", "feature") and feature_draft.available():
         from ..drafters import FeatureDrafter
-        return target, FeatureDrafter(feature_draft.load(target)), tokenizer
+        return target, FeatureDrafter(feature_draft.load(target), default_gamma=2), tokenizer
     model = offline_draft.load(target) if offline_draft.available() else None
     if model is None:
         warnings.warn("no trained offline draft is installed: using a PLACEHOLDER draft (the target's first 2 "
