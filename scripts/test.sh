@@ -10,7 +10,8 @@ export SPECDEC_QUICK=${SPECDEC_QUICK:-1} HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 start=$(date +%s)
 
 echo "== unit and statistical tests"
-python -m pytest -q -n 2 tests  # two workers: every test runs single-threaded (tests/conftest.py)
+python -m pytest -q -n 2 -m "not kernel" tests  # two workers: every test runs single-threaded (tests/conftest.py)
+python -m pytest -q -m kernel tests  # tests that start a Jupyter kernel, outside the workers
 
 echo "== a reader's runtime: the package and its runtime dependencies only (.venv-reader)"
 bash scripts/setup_reader.sh

@@ -73,6 +73,7 @@ def test_solution_tag_and_hidden_solution_cells_are_removed():
 
 
 @pytest.mark.slow
+@pytest.mark.kernel
 def test_one_student_notebook_runs_and_its_checkers_say_not_attempted(students):
     """Execute chapter 2's student copy in quick mode (the shortest chapter with checkers): no error, and its
     checkers, untouched, say "Not attempted yet"."""
