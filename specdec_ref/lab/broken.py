@@ -78,15 +78,20 @@ class DraftProcessedDifferently:
 
 
 @contextlib.contextmanager
-def using_verify(fn: Callable):
-    """Run `speculative_generate` with a different verify function inside the block (tests and chapter 3 only)."""
+def swapped(name: str, fn: Callable):
+    """Replace `specdec_ref.generate.<name>` by fn inside the block (tests, chapter 3 and the checkers only)."""
     from .. import generate
-    original = generate.verify
-    generate.verify = fn
+    original = getattr(generate, name)
+    setattr(generate, name, fn)
     try:
         yield
     finally:
-        generate.verify = original
+        setattr(generate, name, original)
+
+
+def using_verify(fn: Callable):
+    """Run `speculative_generate` with a different verify function inside the block."""
+    return swapped("verify", fn)
 
 
 def verify_late_without_residual(draft_tokens, draft_probs, target_probs, generator=None, first_wrong: int = 2):
@@ -104,16 +109,9 @@ def verify_late_without_residual(draft_tokens, draft_probs, target_probs, genera
     return draft_tokens.shape[0], sample(target_probs[-1], generator)
 
 
-@contextlib.contextmanager
 def using_step(fn: Callable):
     """Run `speculative_generate` with a different `speculative_step` inside the block (the capstone's checker)."""
-    from .. import generate
-    original = generate.speculative_step
-    generate.speculative_step = fn
-    try:
-        yield
-    finally:
-        generate.speculative_step = original
+    return swapped("speculative_step", fn)
 
 
 def step_with_verify(verify_fn: Callable) -> Callable:
