@@ -16,13 +16,13 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from ..cache import vocab_size
 from ..device import synchronize
-from ..drafters import ModelDrafter
-from ..generate import Step, autoregressive_generate, speculative_generate
+from ..generate import Step, as_drafter, autoregressive_generate, speculative_generate
 from ..sampling import SamplingConfig
-from .bench import Row, run_interleaved
+from .bench import Row, draft_step_seconds, run_interleaved
 from .speedup import best_gamma, predicted_speedup, speedup_by_gamma
-from .timing import forward_latency, latency_curve
+from .timing import latency_curve
 
 BLAME = {  # the factor that keeps speculation from paying off -> what to tell the reader
     "alpha": "α is too low: the draft agrees with the target too rarely (a better-aligned or distilled draft)",
@@ -124,9 +124,11 @@ def cost_ratios(target, draft, ks: range, context_len: int, rounds: int = 5) -> 
     background load lands on numerator and denominator alike.
     """
     per_round = []
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, vocab_size(target), (1, context_len), generator=g).to(next(target.parameters()).device)
     for r in range(rounds):
         curve = latency_curve(target, ks, context_len=context_len, warmup=int(r == 0), repeats=1)
-        t_draft = forward_latency(draft, 1, context_len=context_len, warmup=1, repeats=3).median
+        t_draft = draft_step_seconds(target, draft, ids, repeats=3)  # any drafter: a model, a feature head, a lookup
         per_round.append(([curve.cost_ratio(k) for k in ks], t_draft / curve.median(1), curve.median(1)))
     verify = [statistics.median([v[i] for v, _, _ in per_round]) for i in range(len(ks))]
     return verify, statistics.median([c for _, c, _ in per_round]), statistics.median([t for _, _, t in per_round])
@@ -154,7 +156,7 @@ def measure(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, c
 
     for ids in encoded:  # plain, speculative, plain: the two plain runs bracket the one they are the unit of
         before = plain_step(ids)
-        spec = timed_steps(target, ModelDrafter(draft), ids, max_new_tokens, gamma, sampling, g, eos_token_id)
+        spec = timed_steps(target, as_drafter(draft), ids, max_new_tokens, gamma, sampling, g, eos_token_id)
         step_loop = (before + plain_step(ids)) / 2
         for s, dt in spec[1:]:  # the first iteration includes the prefill
             d = s.draft_tokens.shape[0]
@@ -199,7 +201,7 @@ def diagnose(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, 
                 seed=seed, eos_token_id=eos_token_id)
     v = verdict(m)
     say(f"measuring the real speedup at γ = {v.best_gamma} ...")
-    rows = measure_speedups(target, {"speculative": (ModelDrafter(draft), v.best_gamma)}, encoded, max_new_tokens,
+    rows = measure_speedups(target, {"speculative": (as_drafter(draft), v.best_gamma)}, encoded, max_new_tokens,
                             sampling, seed, eos_token_id, say)
     return {**asdict(m), "best_gamma": v.best_gamma, "predicted_speedup": v.predicted_speedup,
             "measured_speedup": rows["speculative"].tokens_per_second / rows["plain"].tokens_per_second,
