@@ -11,7 +11,7 @@ distill/ (draft training).
 """
 from .cache import CachedModel, vocab_size
 from .device import default_device, synchronize, time_fn
-from .drafters import Drafter, FallbackDrafter, ModelDrafter, NgramDrafter, ScheduledDrafter
+from .drafters import Drafter, FallbackDrafter, FeatureDrafter, ModelDrafter, NgramDrafter, ScheduledDrafter
 from .generate import Generation, Stats, Step, autoregressive_generate, speculative_generate, speculative_step
 from .models import PAIRS, HubPair, encode_chat, load_hf_pair, load_offline_pair, load_offline_target, load_pair
 from .sampling import SamplingConfig, logits_to_probs, sample
@@ -21,7 +21,7 @@ from .verify import accepted_mass, residual, verify
 __all__ = [
     "SamplingConfig", "logits_to_probs", "sample", "verify", "residual", "accepted_mass",
     "speculative_generate", "speculative_step", "autoregressive_generate", "Generation", "Stats", "Step",
-    "CachedModel", "vocab_size", "Drafter", "ModelDrafter", "NgramDrafter", "ScheduledDrafter", "FallbackDrafter",
+    "CachedModel", "vocab_size", "Drafter", "ModelDrafter", "NgramDrafter", "ScheduledDrafter", "FallbackDrafter", "FeatureDrafter",
     "encode_chat", "load_offline_pair", "load_offline_target", "load_pair", "load_hf_pair", "PAIRS", "HubPair",
     "default_device", "synchronize", "time_fn",
     "Tree", "tree_speculative_generate", "verify_tree", "accepted_length_vs_chain",
