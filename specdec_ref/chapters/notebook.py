@@ -35,6 +35,8 @@ def glue(name: str, value, display: bool = True) -> None:
     is missing (Colab, a reader's laptop) still renders correctly when the book is built from it.
     The chapters print every headline number as well, because Colab shows `{glue:text}` roles as raw text.
     """
+    if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):  # numpy / torch scalars -> Python numbers,
+        value = value.item()  # so that `{glue:text}`name:.2f`` can format them (np.float64's repr is not a float)
     if importlib.util.find_spec("myst_nb") is not None:
         from myst_nb import glue as myst_glue
         myst_glue(name, value, display=display)
