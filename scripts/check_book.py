@@ -35,8 +35,10 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
                   "--disable-dev-shm-usage", "--hide-scrollbars", "--mute-audio"]
 VIRTUAL_TIME_MS = 15000  # virtual time for the page's scripts (MathJax) before the DOM is dumped
 IMAGE_MIMES = ("image/png", "image/svg+xml", "image/jpeg", "image/gif")
-WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
-WIDGET_SOURCE = re.compile(r"\binteract(ive)?\(|\bipywidgets\b|\bwidgets\.\w+\(|\bviz\.(step_through|pq_explorer)\(")
+
+# A widget cell is one whose code builds a widget. Not every widget output counts: in a kernel with
+# ipywidgets, tqdm's progress bars (model loading) are widgets too, and they need no static twin.
+WIDGET_SOURCE = re.compile(r"\binteract(ive)?\(|\bwidgets\.\w+\(|\bviz\.(step_through|pq_explorer)\(|\w+_(widget|explorer)\(")
 NEARBY = 3  # a widget's static twin must be within this many code cells of it
 IGNORED_PATHS = {"/favicon.ico"}  # browsers ask for it on their own; Sphinx does not make one
 
@@ -127,9 +129,7 @@ def shown_figures(cell) -> int:
 def is_widget_cell(cell) -> bool:
     if cell.get("cell_type") != "code":
         return False
-    source = "".join(cell.get("source", ""))
-    outputs = cell.get("outputs", [])
-    return any(WIDGET_MIME in o.get("data", {}) for o in outputs) or bool(WIDGET_SOURCE.search(source))
+    return bool(WIDGET_SOURCE.search("".join(cell.get("source", ""))))
 
 
 def notebook_expectations(nb: dict) -> tuple[int, list[str], bool]:
