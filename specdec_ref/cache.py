@@ -1,8 +1,36 @@
 """A causal LM together with its KV cache: feed it only the tokens it has not seen, crop it on rejection."""
 from __future__ import annotations
 
+import functools
+import inspect
+
 import torch
 from transformers import DynamicCache
+
+
+@functools.cache
+def _cache_keyword(model_class: type) -> str:
+    """The keyword forward() takes the KV cache by: `cache` in newer transformers 5 releases (5.24 here),
+    `past_key_values` in older ones (5.17 on one GPU image), which silently ignore a `cache=` keyword."""
+    params = inspect.signature(model_class.forward).parameters
+    for name in ("cache", "past_key_values"):
+        if name in params:
+            return name
+    raise ValueError(f"{model_class.__name__}.forward takes neither `cache` nor `past_key_values`: "
+                     "it cannot be given a KV cache")
+
+
+def cache_kwargs(model, cache: DynamicCache | None) -> dict:
+    """{keyword: cache} for model's forward, whichever transformers 5 release is installed."""
+    return {_cache_keyword(type(model)): cache}
+
+
+def check_cache_length(cache: DynamicCache, expected: int) -> None:
+    """A forward pass must leave `expected` tokens in the cache; anything else means it never saw it."""
+    if cache.get_seq_length() != expected:
+        raise RuntimeError(f"the KV cache holds {cache.get_seq_length()} tokens after the forward pass, expected "
+                           f"{expected}: the model did not use the cache it was given (a transformers release "
+                           "that names the keyword differently?)")
 
 
 def vocab_size(model) -> int:
@@ -29,7 +57,9 @@ class CachedModel:
     def logits(self, context_ids: torch.Tensor) -> torch.Tensor:  # [T] -> [k, V], k = T - n_cached
         """Run the model on context_ids[n_cached:], extending the cache; return their logits."""
         new = context_ids[self.n_cached:]
-        out = self.model(input_ids=new[None], cache=self.cache, use_cache=True, output_hidden_states=self.keep_hidden)
+        out = self.model(input_ids=new[None], **cache_kwargs(self.model, self.cache), use_cache=True,
+                         output_hidden_states=self.keep_hidden)
+        check_cache_length(self.cache, context_ids.shape[0])
         if self.keep_hidden:
             h = out.hidden_states[-1][0]  # [k, d] the LM head's input at each new position
             self.hidden = h if self.hidden is None else torch.cat([self.hidden, h])

@@ -14,6 +14,7 @@ import warnings
 import torch
 
 from .lab import bench
+from .lab.diagnose import greedy_divergence
 from .generate import autoregressive_generate, speculative_generate
 from .models import PAIRS, encode_chat, load_pair
 from .sampling import SamplingConfig
@@ -80,8 +81,8 @@ def generate_main(args) -> None:
     print(f"speculative: {spec.tokens_per_second:.1f} tokens/s   plain: {plain.tokens_per_second:.1f} tokens/s   "
           f"speedup: {spec.tokens_per_second / plain.tokens_per_second:.2f}×")
     if sampling.greedy:
-        same = spec.tokens.tolist() == plain.tokens.tolist()
-        print("greedy outputs identical: " + ("yes" if same else "no (a floating-point near-tie; see chapter 3)"))
+        split = greedy_divergence(target, ids, plain.tokens, spec.tokens)
+        print(f"greedy outputs identical: {'yes' if split is None else split}")
 
 
 def bench_main(args) -> None:

@@ -34,6 +34,12 @@ def synchronize(device: torch.device | str) -> None:
         torch.mps.synchronize()
 
 
+def start_timer(device: torch.device | str) -> float:
+    """perf_counter() once the device has finished its queued work (pair it with synchronize at the end)."""
+    synchronize(device)
+    return time.perf_counter()
+
+
 def _half_iqr(values: Sequence[float]) -> float:
     """Half the interquartile range (0 with fewer than 2 values): a spread that ignores outliers."""
     if len(values) < 2:

@@ -8,7 +8,7 @@ from typing import Callable
 import torch
 
 from .cache import CachedModel, vocab_size
-from .device import synchronize
+from .device import start_timer, synchronize
 from .drafters import Drafter, ModelDrafter
 from .sampling import SamplingConfig, logits_to_probs, sample
 from .verify import verify
@@ -99,7 +99,7 @@ def check_generator(generator: torch.Generator | None, device: torch.device) -> 
                          f"create it there: torch.Generator(device={str(device)!r}).manual_seed(seed)")
 
 
-def _finish(tokens: torch.Tensor, n_prompt: int, max_new_tokens: int, eos_token_id) -> tuple[torch.Tensor, bool]:
+def trim_new_tokens(tokens: torch.Tensor, n_prompt: int, max_new_tokens: int, eos_token_id) -> tuple[torch.Tensor, bool]:
     """Cut the new tokens at max_new_tokens and right after the first EOS; say whether to stop."""
     new = tokens[n_prompt:n_prompt + max_new_tokens]
     if eos_token_id is not None:
@@ -109,11 +109,6 @@ def _finish(tokens: torch.Tensor, n_prompt: int, max_new_tokens: int, eos_token_
     return new, new.shape[0] >= max_new_tokens
 
 
-def _timer_start(device: torch.device) -> float:
-    synchronize(device)
-    return time.perf_counter()
-
-
 @torch.inference_mode()
 def autoregressive_generate(model, input_ids: torch.Tensor, max_new_tokens: int, *,
                             sampling: SamplingConfig = SamplingConfig(), generator: torch.Generator | None = None,
@@ -121,13 +116,13 @@ def autoregressive_generate(model, input_ids: torch.Tensor, max_new_tokens: int,
     """The baseline: one target forward pass per new token."""
     check_inputs(model, input_ids, max_new_tokens, sampling, "model")
     check_generator(generator, input_ids.device)
-    t0 = _timer_start(input_ids.device)
+    t0 = start_timer(input_ids.device)
     lm, tokens, n_prompt = CachedModel(model), input_ids[0].long(), input_ids.shape[1]
-    new, done = _finish(tokens, n_prompt, max_new_tokens, eos_token_id)
+    new, done = trim_new_tokens(tokens, n_prompt, max_new_tokens, eos_token_id)
     while not done:
         probs = logits_to_probs(lm.logits(tokens)[-1], sampling)  # [V]
         tokens = torch.cat([tokens, sample(probs, generator)])
-        new, done = _finish(tokens, n_prompt, max_new_tokens, eos_token_id)
+        new, done = trim_new_tokens(tokens, n_prompt, max_new_tokens, eos_token_id)
     synchronize(input_ids.device)
     stats = Stats(target_calls=lm.calls, seconds=time.perf_counter() - t0)
     return Generation(new, stats)
@@ -197,10 +192,10 @@ def speculative_generate(target, draft, input_ids: torch.Tensor, max_new_tokens:
     gamma = getattr(drafter, "default_gamma", 4) if gamma is None else gamma
     check_speculative_inputs(target, drafter, input_ids, max_new_tokens, gamma, sampling, generator)
     drafter.rollback(0)  # a drafter object may be reused across calls: start from an empty cache
-    t0 = _timer_start(input_ids.device)
+    t0 = start_timer(input_ids.device)
     target_lm = CachedModel(target, keep_hidden=getattr(drafter, "reads_target_features", False))
     tokens, n_prompt, stats = input_ids[0].long(), input_ids.shape[1], Stats()
-    new, done = _finish(tokens, n_prompt, max_new_tokens, eos_token_id)
+    new, done = trim_new_tokens(tokens, n_prompt, max_new_tokens, eos_token_id)
     while not done:
         g = min(gamma, max_new_tokens - new.shape[0] - 1)  # never draft past max_new_tokens
         tokens, step = speculative_step(target_lm, drafter, tokens, g, sampling, generator)
@@ -208,7 +203,7 @@ def speculative_generate(target, draft, input_ids: torch.Tensor, max_new_tokens:
         stats.drafted.append(step.draft_tokens.shape[0])
         if on_step is not None:
             on_step(step)
-        new, done = _finish(tokens, n_prompt, max_new_tokens, eos_token_id)
+        new, done = trim_new_tokens(tokens, n_prompt, max_new_tokens, eos_token_id)
     synchronize(input_ids.device)
     stats.target_calls, stats.draft_calls = target_lm.calls, getattr(drafter, "calls", 0)
     stats.seconds = time.perf_counter() - t0

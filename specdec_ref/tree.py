@@ -28,10 +28,10 @@ from typing import Callable
 
 import torch
 
-from .cache import CachedModel, vocab_size
-from .device import synchronize
+from .cache import CachedModel, cache_kwargs, check_cache_length, vocab_size
+from .device import start_timer, synchronize
 from .drafters import ModelDrafter
-from .generate import Generation, Stats, _finish, _timer_start, check_generator, check_inputs
+from .generate import Generation, Stats, check_generator, check_inputs, trim_new_tokens
 from .sampling import SamplingConfig, logits_to_probs, sample
 from .verify import residual
 
@@ -169,7 +169,8 @@ def tree_forward(lm: CachedModel, context_ids: torch.Tensor, tree: Tree, node_to
     mask = tree_attention_mask(tree, T, start, stop, dtype, context_ids.device)  # [1, 1, q, stop]
     positions = tree_position_ids(tree, T, start, stop, context_ids.device)  # [q]
     out = lm.model(input_ids=flat[None], position_ids=positions[None], attention_mask=mask,
-                   cache=lm.cache, use_cache=True)  # a 4D mask is used as given (transformers' masking_utils)
+                   **cache_kwargs(lm.model, lm.cache), use_cache=True)  # a 4D mask is used as given
+    check_cache_length(lm.cache, stop)
     lm.n_cached, lm.calls = stop, lm.calls + 1
     return out.logits[0]  # [1, q, V] -> [q, V]
 
@@ -320,10 +321,10 @@ def tree_speculative_generate(target, draft, input_ids: torch.Tensor, max_new_to
     tree = as_tree(tree)
     draft = draft.lm.model if isinstance(draft, ModelDrafter) else draft
     check_tree_inputs(target, draft, input_ids, max_new_tokens, tree, sampling, generator)
-    t0 = _timer_start(input_ids.device)
+    t0 = start_timer(input_ids.device)
     target_lm, draft_lm = CachedModel(target), CachedModel(draft)
     tokens, n_prompt, stats = input_ids[0].long(), input_ids.shape[1], Stats()
-    new, done = _finish(tokens, n_prompt, max_new_tokens, eos_token_id)
+    new, done = trim_new_tokens(tokens, n_prompt, max_new_tokens, eos_token_id)
     while not done:
         step_tree = tree.pruned(max_new_tokens - new.shape[0] - 1)  # never draft past max_new_tokens
         tokens, step = tree_speculative_step(target_lm, draft_lm, tokens, step_tree, sampling, generator)
@@ -331,7 +332,7 @@ def tree_speculative_generate(target, draft, input_ids: torch.Tensor, max_new_to
         stats.drafted.append(step_tree.size)
         if on_step is not None:
             on_step(step)
-        new, done = _finish(tokens, n_prompt, max_new_tokens, eos_token_id)
+        new, done = trim_new_tokens(tokens, n_prompt, max_new_tokens, eos_token_id)
     synchronize(input_ids.device)
     stats.target_calls, stats.draft_calls = target_lm.calls, draft_lm.calls
     stats.seconds = time.perf_counter() - t0

@@ -1,7 +1,7 @@
-"""Colab in one click: one repository URL, a pinned release, and chapters that open on a GPU runtime."""
+"""Colab in one click: one repository URL, install cells pinned to a commit, chapters that open on a GPU runtime."""
 import importlib.util
 import re
-import tomllib
+import subprocess
 from pathlib import Path
 
 import nbformat
@@ -24,10 +24,54 @@ def test_repo_url_is_the_one_in_config_yml():
         "cells) must name the same repository")
 
 
-def test_release_is_a_tag_named_after_the_package_version():
-    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-    assert notebook.RELEASE == f"v{version}"
-    assert notebook.INSTALL_SPEC == f"specdec_ref @ git+{notebook.REPO_URL}@{notebook.RELEASE}"
+def pins() -> set[str | None]:
+    return {sync.pinned_commit(nbformat.read(p, as_version=4)) for p in CHAPTERS}
+
+
+def has_history(repo: Path) -> bool:
+    inside = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=repo, capture_output=True, text=True)
+    return inside.returncode == 0 and inside.stdout.strip() == "false"
+
+
+def test_every_chapter_pins_the_same_full_commit():
+    (commit,) = pins()  # one pin for the whole book
+    assert re.fullmatch(r"[0-9a-f]{40}", commit or ""), f"pin {commit!r}: run `python scripts/sync_install_cells.py`"
+
+
+def test_the_pinned_commit_installs_the_package_at_head():
+    if not has_history(ROOT):
+        pytest.skip("no full git history here (a shallow clone or an unpacked archive): nothing to compare the pin to")
+    (commit,) = pins()
+    sync.check_pin(commit)
+
+
+def test_check_pin_rejects_a_stale_pin_and_an_unknown_one(tmp_path):
+    def git(*args):
+        return sync.git(*args, repo=tmp_path)
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.org")
+    git("config", "user.name", "t")
+    (tmp_path / "specdec_ref").mkdir()
+    (tmp_path / "specdec_ref" / "a.py").write_text("x = 1\n")
+    git("add", "-A")
+    git("commit", "-qm", "package")
+    first = sync.package_commit(tmp_path)
+    (tmp_path / "book.ipynb").write_text("{}")
+    git("add", "-A")
+    git("commit", "-qm", "notebooks only")
+    assert sync.package_commit(tmp_path) == first  # a notebook commit does not move the pin
+    sync.check_pin(first, tmp_path)
+    (tmp_path / "specdec_ref" / "a.py").write_text("x = 2\n")
+    with pytest.raises(ValueError, match="commit the package first"):
+        sync.package_commit(tmp_path)
+    git("commit", "-qam", "package again")
+    with pytest.raises(ValueError, match="package changed after the pinned commit"):
+        sync.check_pin(first, tmp_path)
+    with pytest.raises(ValueError, match="not in this repository's history"):
+        sync.check_pin("0" * 40, tmp_path)
+    with pytest.raises(ValueError, match="full 40-character commit"):
+        sync.check_pin("v0.1.0", tmp_path)
 
 
 def test_the_table_of_contents_lists_chapters():
@@ -35,11 +79,11 @@ def test_the_table_of_contents_lists_chapters():
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
-def test_install_cell_pins_the_release_and_the_chapter_opens_on_a_gpu(chapter):
+def test_install_cell_pins_a_commit_of_the_repository_and_the_chapter_opens_on_a_gpu(chapter):
     nb = nbformat.read(chapter, as_version=4)
     hint = f"run `python scripts/sync_install_cells.py {chapter.relative_to(ROOT)}`"
     cell = sync.install_cell(nb)
-    assert f'!pip -q install "{notebook.INSTALL_SPEC}"' in cell.source, hint
+    assert f'!pip -q install "{notebook.install_spec(sync.pinned_commit(nb))}"' in cell.source, hint
     assert 'if "google.colab" in sys.modules:' in cell.source  # never installs anything outside Colab
     assert nb.cells.index(cell) < 3, "the install cell comes before the knobs"
     for key, value in notebook.COLAB_METADATA.items():
@@ -58,8 +102,10 @@ def test_sync_script_is_idempotent(tmp_path):
         'import sys\nif "google.colab" in sys.modules:\n    !pip -q install "specdec_ref @ git+https://example.org/x"')])
     path = tmp_path / "ch.ipynb"
     nbformat.write(nb, path)
-    assert sync.sync(path) is True and sync.sync(path) is False
-    assert notebook.INSTALL_SPEC in path.read_text()
+    commit = "1" * 40
+    assert sync.sync(path, commit) is True and sync.sync(path, commit) is False
+    assert notebook.install_spec(commit) in path.read_text()
+    assert sync.pinned_commit(nbformat.read(path, as_version=4)) == commit
 
 
 def test_copy_in_dtype_copies_a_small_model_and_refuses_one_over_the_limit(toy_pair, capsys):

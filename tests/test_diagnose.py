@@ -5,8 +5,11 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
-from specdec_ref.lab.diagnose import Measurements, position_acceptance, verdict
+import specdec_ref as sd
+from specdec_ref.lab.diagnose import Measurements, greedy_divergence, position_acceptance, verdict
+from specdec_ref.models.toy import tiny_llama
 from specdec_ref.lab.speedup import linear_verify_costs
 
 
@@ -52,3 +55,34 @@ def test_cli_diagnose_prints_a_verdict_and_writes_every_json_key(tmp_path):
     for key in ("alpha", "c", "verify_cost", "overhead", "best_gamma", "predicted_speedup", "measured_speedup"):
         assert key in result
     assert len(result["verify_cost"]) == 3 and result["verify_cost"][0] == 1.0
+
+
+# --- greedy outputs that differ: near-tie or bug ------------------------------------------------
+
+def test_greedy_divergence_is_none_when_outputs_agree():
+    target, ids = tiny_llama(), torch.tensor([[1, 2]])
+    plain = sd.autoregressive_generate(target, ids, 8, sampling=sd.SamplingConfig(temperature=0)).tokens
+    assert greedy_divergence(target, ids, plain, plain.clone()) is None
+
+
+def test_a_wrong_token_far_from_the_top_is_not_called_a_near_tie():
+    target, ids = tiny_llama(logit_scale=5.0), torch.tensor([[1, 2]])
+    plain = sd.autoregressive_generate(target, ids, 8, sampling=sd.SamplingConfig(temperature=0)).tokens
+    logits = target(input_ids=torch.cat([ids[0], plain[:3]])[None]).logits[0, -1]
+    wrong = plain.clone()
+    wrong[3] = int(logits.argmin())  # what a broken loop could emit: the target's least likely token
+    split = greedy_divergence(target, ids, plain, wrong)
+    assert split.position == 3 and split.plain_token == int(plain[3]) and split.spec_token == int(wrong[3])
+    assert split.gap > 1 and not split.near_tie and "suspect a bug" in str(split)
+
+
+def test_an_exact_tie_is_called_a_near_tie():
+    target, ids = tiny_llama(), torch.tensor([[1, 2]])
+    plain = sd.autoregressive_generate(target, ids, 4, sampling=sd.SamplingConfig(temperature=0)).tokens
+    other = (int(plain[0]) + 1) % target.config.vocab_size
+    with torch.no_grad():
+        target.lm_head.weight[other] = target.lm_head.weight[int(plain[0])]  # two tokens with equal logits
+    tied = plain.clone()
+    tied[0] = other
+    split = greedy_divergence(target, ids, plain, tied)
+    assert split.position == 0 and split.gap == 0 and split.near_tie and "near-tie" in str(split)

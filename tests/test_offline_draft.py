@@ -41,6 +41,7 @@ def test_shipped_draft_loads_offline_with_the_targets_vocabulary(offline_pair, n
     kept = torch.zeros(len(tok), dtype=torch.bool)
     kept[draft.lm_head.keep_ids] = True
     assert torch.isfinite(logits[..., kept]).all() and torch.isneginf(logits[..., ~kept]).all()
+    assert tok.eos_token == "<|im_end|>", "a chat turn ends with <|im_end|> (whatever the GGUF converter said)"
     assert kept[tok.eos_token_id], "the draft must be able to propose EOS"
 
 

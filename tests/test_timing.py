@@ -3,6 +3,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from specdec_ref.cache import cache_kwargs
 from specdec_ref.lab import timing as T
 from specdec_ref.chapters.exercises import ch1
 
@@ -154,9 +155,9 @@ def test_spec_sheets_put_the_gpu_ridge_between_100_and_400_flop_per_byte():
 def test_one_k_token_pass_scores_exactly_like_k_one_token_passes(small_llama):
     cache = T.prefilled_cache(small_llama, 7)
     new = torch.tensor([[5, 17, 42, 3]])
-    together = small_llama(input_ids=new, cache=cache, use_cache=True).logits[0]  # [4, V]
+    together = small_llama(input_ids=new, **cache_kwargs(small_llama, cache), use_cache=True).logits[0]  # [4, V]
     cache.crop(-4)
-    apart = torch.cat([small_llama(input_ids=new[:, i:i + 1], cache=cache, use_cache=True).logits[0]
+    apart = torch.cat([small_llama(input_ids=new[:, i:i + 1], **cache_kwargs(small_llama, cache), use_cache=True).logits[0]
                        for i in range(4)])  # 4 x [1, V] -> [4, V]
     torch.testing.assert_close(together, apart)
 

@@ -11,12 +11,18 @@ import torch
 QUICK = os.environ.get("SPECDEC_QUICK", "0") not in ("", "0", "false", "False")  # CI sets SPECDEC_QUICK=1
 
 # Where Colab installs the package from. REPO_URL must equal _config.yml's `repository.url` (the launch buttons use
-# that); RELEASE is a git tag that maintainers create on the commit the notebooks should install, so a chapter
-# opened later still gets the package it was written against, not whatever `main` has become. Change either here,
-# in _config.yml, then run `python scripts/sync_install_cells.py` (tests/test_colab.py checks all three agree).
+# that). Each chapter's install cell pins a commit, not a moving branch, so a chapter opened later still gets the
+# package it was written against: scripts/sync_install_cells.py writes the last commit that changed the package
+# (the commit lives outside the package, so pinning it never changes the package), and tests/test_colab.py
+# checks that the package at that commit is the package at HEAD.
 REPO_URL = "https://github.com/specdec-book/specdec-book"
-RELEASE = "v0.1.0"  # "v" + the version in pyproject.toml
-INSTALL_SPEC = f"specdec_ref @ git+{REPO_URL}@{RELEASE}"  # what each chapter's install cell pip-installs
+
+
+def install_spec(commit: str) -> str:
+    """What a chapter's install cell pip-installs: the package at one commit of REPO_URL."""
+    return f"specdec_ref @ git+{REPO_URL}@{commit}"
+
+
 COLAB_METADATA = {"accelerator": "GPU", "colab": {"gpuType": "T4", "provenance": []}}  # opens on a GPU runtime
 
 GLUE_PREFIX = "application/papermill.record/"  # MyST-NB's mime prefix for values glued with display=False

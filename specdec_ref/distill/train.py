@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache
 
+from ..cache import cache_kwargs
 from ..models import offline_draft
 from ..models import encode_chat
 from .prompts import training_prompts
@@ -83,7 +84,8 @@ def sample_batch(target, prompts: list[torch.Tensor], max_new_tokens: int, tempe
         ids[b, T - p.shape[0]:], mask[b, T - p.shape[0]:] = p, 1
     pos = (mask.cumsum(-1) - 1).clamp(min=0)  # [B, T]
     cache = DynamicCache()
-    logits = target(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, logits_to_keep=1).logits[:, -1]
+    logits = target(input_ids=ids, attention_mask=mask, position_ids=pos, **cache_kwargs(target, cache),
+                    logits_to_keep=1).logits[:, -1]
     live = torch.arange(B)  # rows still writing
     out = [{"answer": [], "label_ids": [], "label_logp": []} for _ in range(B)]
     for _ in range(max_new_tokens):
@@ -106,7 +108,8 @@ def sample_batch(target, prompts: list[torch.Tensor], max_new_tokens: int, tempe
             cache.batch_select_indices(keep)
         mask = torch.cat([mask, torch.ones(mask.shape[0], 1, dtype=torch.long)], 1)  # [b, T+1]
         pos = pos[:, -1:] + 1  # [b, 1]
-        logits = target(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos, cache=cache).logits[:, -1]
+        logits = target(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos,
+                        **cache_kwargs(target, cache)).logits[:, -1]
     return [{"prompt": p.clone(), "answer": torch.stack(o["answer"]), "label_ids": torch.stack(o["label_ids"]),
              "label_logp": torch.stack(o["label_logp"])} for p, o in zip(prompts, out)]
 

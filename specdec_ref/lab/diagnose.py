@@ -226,3 +226,54 @@ def format_report(result: dict) -> str:
              f"(predicted {result['predicted_speedup']:.2f}×)",
              "", result["verdict"]]
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Greedy outputs that differ: a floating-point near-tie, or a bug?
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class Divergence:
+    """Where greedy speculative and plain outputs part, and whether rounding can explain it."""
+    position: int  # index of the first differing new token
+    plain_token: int
+    spec_token: int
+    gap: float  # the target's logit of its own greedy choice minus its logit of the other token (plain path)
+    rounding: float  # largest |logit difference| at that position between a one-pass and a token-by-token score
+
+    @property
+    def near_tie(self) -> bool:
+        """Rounding can flip the choice: the two logits are closer than the two ways of computing them differ."""
+        return self.gap <= 2 * self.rounding
+
+    def __str__(self) -> str:
+        verdict = ("a floating-point near-tie: the two scoring paths differ by more than half the gap (chapter 3)"
+                   if self.near_tie else "NOT a near-tie: rounding cannot explain this; suspect a bug")
+        return (f"no: they part at new token {self.position} (plain {self.plain_token}, speculative "
+                f"{self.spec_token}); logit gap {self.gap:.3g} vs rounding {self.rounding:.3g}: {verdict}")
+
+
+@torch.inference_mode()
+def greedy_divergence(target, input_ids: torch.Tensor, plain_tokens: torch.Tensor,
+                      spec_tokens: torch.Tensor) -> Divergence | None:  # [1, T], [n], [m] -> Divergence | None
+    """None if the greedy outputs agree (up to the shorter one); else measure the gap and the rounding there.
+
+    The position's logits are computed twice, as the two loops compute them: token by token with a KV
+    cache (plain decoding), and with the whole prefix scored in one pass (a verification-sized pass).
+    """
+    from ..cache import CachedModel
+    n = min(plain_tokens.shape[0], spec_tokens.shape[0])
+    differ = (plain_tokens[:n] != spec_tokens[:n]).nonzero()
+    if differ.numel() == 0:
+        return None
+    i = int(differ[0])
+    prefix = torch.cat([input_ids[0], plain_tokens[:i]])  # [T + i], shared by both outputs
+    lm = CachedModel(target)
+    step_logits = lm.logits(input_ids[0])[-1]  # [V]
+    for t in range(input_ids.shape[1], prefix.shape[0]):
+        step_logits = lm.logits(prefix[:t + 1])[-1]
+    one_pass = target(input_ids=prefix[None]).logits[0, -1]  # [V]
+    a, b = int(plain_tokens[i]), int(spec_tokens[i])
+    step_logits, one_pass = step_logits.float(), one_pass.float()
+    return Divergence(position=i, plain_token=a, spec_token=b, gap=float(step_logits[a] - step_logits[b]),
+                      rounding=float((step_logits - one_pass).abs().max()))

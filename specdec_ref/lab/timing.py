@@ -22,6 +22,7 @@ from torch import nn
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 
+from ..cache import cache_kwargs
 from ..device import Rate, Timing, default_device, time_fn
 
 
@@ -130,9 +131,13 @@ def weights_used(model: nn.Module) -> tuple[set[str], set[str]]:
 
 
 def matmul_params(model: nn.Module) -> int:
-    """Parameters that take part in a matrix multiply for every token (the head included)."""
+    """Parameters that take part in a matrix multiply for every token (the head included).
+
+    Only matrices count: some transformers releases compute rotary angles as a matmul with the 1-D
+    inv_freq buffer, a few numbers per position, not weights.
+    """
     named = _named_tensors(model)
-    return sum(named[n].numel() for n in weights_used(model)[1])
+    return sum(named[n].numel() for n in weights_used(model)[1] if named[n].dim() >= 2)
 
 
 def weight_bytes(model: nn.Module) -> int:
@@ -236,7 +241,7 @@ def prefilled_cache(model, context_len: int, batch_size: int = 1, seed: int = 0)
     if context_len > 0:
         g = torch.Generator(device="cpu").manual_seed(seed)
         ids = torch.randint(0, model.config.vocab_size, (batch_size, context_len), generator=g)  # [B, T]
-        model(input_ids=ids.to(_model_device(model)), cache=cache, use_cache=True)
+        model(input_ids=ids.to(_model_device(model)), **cache_kwargs(model, cache), use_cache=True)
     return cache
 
 
@@ -248,7 +253,7 @@ def _new_tokens(model, k: int, batch_size: int, seed: int) -> torch.Tensor:  # -
 def _one_pass(model, cache: DynamicCache, new: torch.Tensor) -> Callable[[], None]:
     """A timed call: score the k tokens of new [B, k] in one pass, then crop them off the cache again."""
     def step():
-        model(input_ids=new, cache=cache, use_cache=True)  # [B, k] -> logits [B, k, V]
+        model(input_ids=new, **cache_kwargs(model, cache), use_cache=True)  # [B, k] -> logits [B, k, V]
         cache.crop(-new.shape[1])  # transformers 5: crop(-n) drops the last n tokens
     return step
 
@@ -257,7 +262,7 @@ def _sequential(model, cache: DynamicCache, new: torch.Tensor) -> Callable[[], N
     """A timed call: score the tokens of new [B, k] one pass each, as plain decoding would, then crop."""
     def step():
         for i in range(new.shape[1]):
-            model(input_ids=new[:, i:i + 1], cache=cache, use_cache=True)  # [B, 1] -> [B, 1, V]
+            model(input_ids=new[:, i:i + 1], **cache_kwargs(model, cache), use_cache=True)  # [B, 1] -> [B, 1, V]
         cache.crop(-new.shape[1])
     return step
 
@@ -343,7 +348,7 @@ def count_ops(model, k: int = 1, context_len: int = 16) -> int:
     cache = prefilled_cache(model, context_len)
     new = _new_tokens(model, k, 1, 1)  # [1, k]
     with torch.inference_mode(), Counter():
-        model(input_ids=new, cache=cache, use_cache=True)
+        model(input_ids=new, **cache_kwargs(model, cache), use_cache=True)
     return Counter.n
 
 

@@ -21,6 +21,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import DynamicCache, LlamaConfig, LlamaModel
 
+from ..cache import cache_kwargs
 from .offline_draft import ReducedHead
 
 WEIGHTS_DIR = Path(__file__).parent / "weights" / "feature_draft"
@@ -50,7 +51,8 @@ class FeatureHead(nn.Module):
                 cache: DynamicCache | None = None) -> torch.Tensor:  # [B, k, d], [B, k] -> [B, k, d]
         """Predict the target's hidden state at the next token's position, for k positions at once."""
         x = self.fc(torch.cat([self.embed(next_tokens), hidden], dim=-1))  # [B, k, 2d] -> [B, k, d]
-        return self.body(inputs_embeds=x, cache=cache, use_cache=cache is not None).last_hidden_state
+        out = self.body(inputs_embeds=x, **cache_kwargs(self.body, cache), use_cache=cache is not None)
+        return out.last_hidden_state
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:  # [..., d] -> [..., V]
         return self.head(features)

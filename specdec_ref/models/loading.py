@@ -60,6 +60,9 @@ def load_offline_target(device: torch.device | str | None = None, dtype: torch.d
         _dequantise_offline_target(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, use_safetensors=True)
     tokenizer = AutoTokenizer.from_pretrained(path)
+    eos = model.generation_config.eos_token_id  # the GGUF's own EOS: <|im_end|>, which ends a chat turn
+    if isinstance(eos, int) and tokenizer.eos_token_id != eos:  # transformers 5.17 converts it as <|im_start|>
+        tokenizer.eos_token = tokenizer.convert_ids_to_tokens(eos)
     return model.to(device or "cpu").eval(), tokenizer
 
 
