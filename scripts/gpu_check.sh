@@ -2,7 +2,8 @@
 # The GPU check in one command, for a CUDA machine (aim: under 10 minutes):
 #   1. a timing sanity check: time_fn's synchronised timings against CUDA events (within 10%),
 #   2. the benchmark on the auto-chosen Hub pair (the offline pair on the GPU when the Hub is unreachable),
-#   3. every chapter in quick mode (nbmake; $GPU_CHECK_WORKERS notebooks at once, default 1).
+#   3. every chapter in quick mode (nbmake; $GPU_CHECK_WORKERS notebooks at once: default 2 where
+#      pytest-xdist is installed, else 1).
 # The short parts go first, so that a slow chapter cannot hide their result. It prints one summary line
 # per part and exits non-zero if any part failed. Without CUDA it says so and exits 0. Python: $PYTHON,
 # else .venv/bin/python, else python3; it needs a CUDA build of torch, the package (pip install -e .),
@@ -78,8 +79,10 @@ for path in sys.argv[1:]:
 PY
   note=" (Hub unreachable: PAIR = \"offline\", on the GPU)"
 fi
+default_workers=1
+"$PYTHON" -c "import xdist" 2>/dev/null && default_workers=2  # two chapters at once: most of their time is CPU work
 workers=()
-if [ "${GPU_CHECK_WORKERS:-1}" -gt 1 ]; then workers=(-n "$GPU_CHECK_WORKERS"); fi
+if [ "${GPU_CHECK_WORKERS:-$default_workers}" -gt 1 ]; then workers=(-n "${GPU_CHECK_WORKERS:-$default_workers}"); fi
 start=$SECONDS
 n=$(ls "$scratch"/book/*.ipynb | wc -l)
 if "$PYTHON" -m pytest -q -p no:cacheprovider "${workers[@]}" --nbmake --nbmake-timeout=600 --overwrite "$scratch"/book > "$out/chapters.log" 2>&1; then
