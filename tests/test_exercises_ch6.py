@@ -57,9 +57,3 @@ def test_interpolated_costs_hit_the_grid_and_lie_between_points():
     costs = {(B, k): B * 10 + k for B in (1, 4) for k in (1, 2, 4)}
     assert production.interp_cost(costs, 4, 2) == 42
     assert production.interp_cost(costs, 2, 3) == pytest.approx((1 * 10 + 3) + (40 + 3 - 13) / 3)
-
-
-def test_first_difference_finds_the_parting_position():
-    assert production.first_difference([1, 2, 3], [1, 2, 3]) is None
-    assert production.first_difference([1, 2, 3], [1, 5, 3]) == 1
-    assert production.first_difference([1, 2], [1, 2, 3]) == 2

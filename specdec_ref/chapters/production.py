@@ -17,24 +17,8 @@ Costs = Mapping[tuple[int, int], float]  # (batch size B, tokens per sequence k)
 
 
 # ---------------------------------------------------------------------------------------------
-# Hugging Face side by side: where two greedy outputs part, and how much a test can see
+# Hugging Face side by side: how much a test can see
 # ---------------------------------------------------------------------------------------------
-
-def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
-    """Index of the first position where two token lists differ (or where the shorter one ends); None if equal."""
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
-@torch.inference_mode()
-def top2_gap(model, context_ids: torch.Tensor) -> float:  # [1, T] ->
-    """The model's logit gap between its best and second-best next token after context_ids: a near-tie is small."""
-    logits = model(input_ids=context_ids).logits[0, -1].float()  # [1, T, V] -> [V]
-    top = logits.topk(2).values  # [2]
-    return float(top[0] - top[1])
-
 
 def simulated_power(null_probs: np.ndarray, alt_probs: np.ndarray, n: int, trials: int = 200, seed: int = 0,
                     level: float = 0.001) -> dict[str, float]:
