@@ -32,7 +32,8 @@ for name in "${heavy[@]}"; do second+=("$scratch/book/$name.ipynb"); done
 for nb in "$scratch"/book/*.ipynb; do
   [[ " ${heavy[*]} " == *" $(basename "$nb" .ipynb) "* ]] || first+=("$nb")
 done
-chapters() { OMP_NUM_THREADS=1 .venv-reader/bin/python -m pytest -q -p no:cacheprovider --nbmake --nbmake-timeout=900 --overwrite "$@"; }
+cell_timeout=$([ "$SPECDEC_QUICK" = 0 ] && echo 900 || echo 300)  # quick-mode cells take a minute at most
+chapters() { OMP_NUM_THREADS=1 .venv-reader/bin/python -m pytest -q -p no:cacheprovider --nbmake --nbmake-timeout=$cell_timeout --overwrite "$@"; }
 chapters "${first[@]}" > "$scratch/first.log" 2>&1 & p1=$!
 chapters "${second[@]}" > "$scratch/second.log" 2>&1 & p2=$!
 r1=0 r2=0
