@@ -82,7 +82,9 @@ def generate_main(args) -> None:
           f"speedup: {spec.tokens_per_second / plain.tokens_per_second:.2f}×")
     if sampling.greedy:
         split = greedy_divergence(target, ids, plain.tokens, spec.tokens)
-        print(f"greedy outputs identical: {'yes' if split is None else split}")
+        words = "" if split is None else \
+            f" [{tokenizer.decode([split.plain_token])!r} vs {tokenizer.decode([split.spec_token])!r}]"
+        print(f"greedy outputs identical: {'yes' if split is None else split}{words}")
 
 
 def bench_main(args) -> None:
