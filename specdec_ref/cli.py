@@ -84,7 +84,7 @@ def generate_main(args) -> None:
         split = greedy_divergence(target, ids, plain.tokens, spec.tokens)
         words = "" if split is None else \
             f" [{tokenizer.decode([split.plain_token])!r} vs {tokenizer.decode([split.spec_token])!r}]"
-        print(f"greedy outputs identical: {'yes' if split is None else split}{words}")
+        print(f"greedy outputs identical: {'yes' if split is None else f'no: {split}'}{words}")
 
 
 def bench_main(args) -> None:

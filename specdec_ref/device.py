@@ -35,9 +35,15 @@ def synchronize(device: torch.device | str) -> None:
 
 
 def start_timer(device: torch.device | str) -> float:
-    """perf_counter() once the device has finished its queued work (pair it with synchronize at the end)."""
+    """perf_counter() once the device has finished its queued work; pair it with seconds_since."""
     synchronize(device)
     return time.perf_counter()
+
+
+def seconds_since(t0: float, device: torch.device | str) -> float:
+    """Seconds from start_timer's t0 until the device has finished everything queued since."""
+    synchronize(device)
+    return time.perf_counter() - t0
 
 
 def _half_iqr(values: Sequence[float]) -> float:
@@ -98,9 +104,7 @@ def time_fn(fn: Callable[[], object], device: torch.device | str,
     for _ in range(repeats):
         if setup is not None:
             setup()
-        synchronize(device)
-        t0 = time.perf_counter()
+        t0 = start_timer(device)
         fn()
-        synchronize(device)
-        times.append(time.perf_counter() - t0)
+        times.append(seconds_since(t0, device))
     return Timing(times)

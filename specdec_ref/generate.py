@@ -1,14 +1,13 @@
 """Plain autoregressive decoding and speculative decoding, with the same sampling and cache code."""
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 
 from .cache import CachedModel, vocab_size
-from .device import start_timer, synchronize
+from .device import seconds_since, start_timer
 from .drafters import Drafter, ModelDrafter
 from .sampling import SamplingConfig, logits_to_probs, sample
 from .verify import verify
@@ -123,8 +122,7 @@ def autoregressive_generate(model, input_ids: torch.Tensor, max_new_tokens: int,
         probs = logits_to_probs(lm.logits(tokens)[-1], sampling)  # [V]
         tokens = torch.cat([tokens, sample(probs, generator)])
         new, done = trim_new_tokens(tokens, n_prompt, max_new_tokens, eos_token_id)
-    synchronize(input_ids.device)
-    stats = Stats(target_calls=lm.calls, seconds=time.perf_counter() - t0)
+    stats = Stats(target_calls=lm.calls, seconds=seconds_since(t0, input_ids.device))
     return Generation(new, stats)
 
 
@@ -204,7 +202,6 @@ def speculative_generate(target, draft, input_ids: torch.Tensor, max_new_tokens:
         if on_step is not None:
             on_step(step)
         new, done = trim_new_tokens(tokens, n_prompt, max_new_tokens, eos_token_id)
-    synchronize(input_ids.device)
+    stats.seconds = seconds_since(t0, input_ids.device)
     stats.target_calls, stats.draft_calls = target_lm.calls, getattr(drafter, "calls", 0)
-    stats.seconds = time.perf_counter() - t0
     return Generation(new, stats)

@@ -20,7 +20,6 @@ exactly as target_probs[node], whatever q is (see `verify_tree`).
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -29,7 +28,7 @@ from typing import Callable
 import torch
 
 from .cache import CachedModel, cache_kwargs, check_cache_length, vocab_size
-from .device import start_timer, synchronize
+from .device import seconds_since, start_timer
 from .drafters import ModelDrafter
 from .generate import Generation, Stats, check_generator, check_inputs, trim_new_tokens
 from .sampling import SamplingConfig, logits_to_probs, sample
@@ -333,9 +332,8 @@ def tree_speculative_generate(target, draft, input_ids: torch.Tensor, max_new_to
         if on_step is not None:
             on_step(step)
         new, done = trim_new_tokens(tokens, n_prompt, max_new_tokens, eos_token_id)
-    synchronize(input_ids.device)
+    stats.seconds = seconds_since(t0, input_ids.device)
     stats.target_calls, stats.draft_calls = target_lm.calls, draft_lm.calls
-    stats.seconds = time.perf_counter() - t0
     return Generation(new, stats)
 
 

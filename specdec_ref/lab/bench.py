@@ -7,7 +7,6 @@ ratios printed compare like with like on whatever else the machine is doing.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
@@ -15,10 +14,9 @@ import torch
 
 from ..models import encode_chat
 from ..cache import CachedModel
-from ..device import time_fn
+from ..device import seconds_since, start_timer, time_fn
 from ..generate import Generation, Stats, as_drafter, autoregressive_generate, speculative_generate
 from ..sampling import SamplingConfig
-from ..device import synchronize
 from .speedup import predicted_speedup
 from .timing import forward_latency
 
@@ -130,11 +128,9 @@ def hf_generate(target, ids, max_new_tokens, sampling, generator, *, keep: list 
     if not sampling.greedy:
         kwargs.update(temperature=sampling.temperature, top_k=sampling.top_k or 0, top_p=sampling.top_p or 1.0)
         torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=generator, device=generator.device)))  # HF uses the global RNG
-    synchronize(ids.device)
-    t0 = time.perf_counter()
+    t0 = start_timer(ids.device)
     out = target.generate(ids, **kwargs, **assist)
-    synchronize(ids.device)
-    seconds = time.perf_counter() - t0
+    seconds = seconds_since(t0, ids.device)
     if keep is not None:
         keep.append(out[0, ids.shape[1]:])  # [1, T + n_new] -> [n_new]
     return out.shape[1] - ids.shape[1], seconds

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from ..cache import vocab_size
+from ..cache import CachedModel, vocab_size
 from ..device import synchronize
 from ..generate import Step, as_drafter, autoregressive_generate, speculative_generate
 from ..sampling import SamplingConfig
@@ -249,7 +249,7 @@ class Divergence:
     def __str__(self) -> str:
         verdict = ("a floating-point near-tie: the two scoring paths differ by more than half the gap (chapter 3)"
                    if self.near_tie else "NOT a near-tie: rounding cannot explain this; suspect a bug")
-        return (f"no: they part at new token {self.position} (plain {self.plain_token}, speculative "
+        return (f"they part at new token {self.position} (plain {self.plain_token}, speculative "
                 f"{self.spec_token}); logit gap {self.gap:.3g} vs rounding {self.rounding:.3g}: {verdict}")
 
 
@@ -261,7 +261,6 @@ def greedy_divergence(target, input_ids: torch.Tensor, plain_tokens: torch.Tenso
     The position's logits are computed twice, as the two loops compute them: token by token with a KV
     cache (plain decoding), and with the whole prefix scored in one pass (a verification-sized pass).
     """
-    from ..cache import CachedModel
     n = min(plain_tokens.shape[0], spec_tokens.shape[0])
     differ = (plain_tokens[:n] != spec_tokens[:n]).nonzero()
     if differ.numel() == 0:
