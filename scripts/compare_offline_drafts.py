@@ -1,7 +1,10 @@
 """Side by side in one process: plain decoding (ours and Hugging Face) against the distilled LM draft and the
 feature head, on the offline target in bfloat16, four held-out chat prompts, greedy and T=1, interleaved.
 
-    python scripts/compare_offline_drafts.py [threads]     # writes the table to stdout and runs/compare.json
+    python scripts/compare_offline_drafts.py [threads] [other_head_dir]   # table to stdout and runs/compare.json
+
+other_head_dir: a second feature head (e.g. an earlier export) to run alongside the shipped one, in the same
+interleaved rounds, so that the two heads are compared on the same machine state.
 """
 import json
 import sys
@@ -18,6 +21,7 @@ torch.set_num_threads(int(sys.argv[1]) if len(sys.argv) > 1 else 2)
 target, tok = sd.load_offline_target(dtype=torch.bfloat16)
 lm = offline_draft.load(target)
 head = feature_draft.load(target)  # the shipped head
+other = feature_draft.load(target, Path(sys.argv[2])) if len(sys.argv) > 2 else None
 prompts = HELD_OUT[12:16]
 enc = [sd.encode_chat(tok, p) for p in prompts]
 N = 64
@@ -30,6 +34,8 @@ for name, sampling in (("greedy", sd.SamplingConfig(0)), ("T=1", sd.SamplingConf
     for gam in (2, 3):
         methods[f"LM draft γ={gam}"] = lambda ids, gam=gam: sd.speculative_generate(target, lm, ids, N, gamma=gam, **o)
         methods[f"feature head γ={gam}"] = lambda ids, gam=gam: sd.speculative_generate(target, FeatureDrafter(head), ids, N, gamma=gam, **o)
+        if other is not None:
+            methods[f"other head γ={gam}"] = lambda ids, gam=gam: sd.speculative_generate(target, FeatureDrafter(other), ids, N, gamma=gam, **o)
     rows = run_interleaved(methods, enc, progress=lambda m: print(name, m, flush=True))
     base = max(rows["plain ours"].tokens_per_second, rows["plain HF"].tokens_per_second)
     res[name] = {k: {"tok_s": r.tokens_per_second, "speedup": r.tokens_per_second / base, "alpha": r.alpha} for k, r in rows.items()}
@@ -37,6 +43,8 @@ for name, sampling in (("greedy", sd.SamplingConfig(0)), ("T=1", sd.SamplingConf
         print(f"{name:7s} {k:20s} {v['tok_s']:6.1f} tok/s  {v['speedup']:.2f}x  alpha={v['alpha']}", flush=True)
 res["c_lm"] = cost_ratio(target, lm, enc[0])
 res["c_feature"] = cost_ratio(target, FeatureDrafter(head), enc[0])
-print("c lm", res["c_lm"], "c feature", res["c_feature"])
+if other is not None:
+    res["c_other"] = cost_ratio(target, FeatureDrafter(other), enc[0])
+print("c lm", res["c_lm"], "c feature", res["c_feature"], "c other", res.get("c_other"))
 Path("runs").mkdir(exist_ok=True)
 json.dump(res, open("runs/compare.json", "w"), indent=1)
