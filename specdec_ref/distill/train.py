@@ -2,7 +2,7 @@
 
     python -m specdec_ref.distill.train --out runs/draft           # data (resumable shards), then training
     python -m specdec_ref.distill.train --out runs/quick --quick   # a few steps, for CI
-    python -m specdec_ref.distill.train --out runs/draft --export specdec_ref/weights/offline_draft
+    python -m specdec_ref.distill.train --out runs/draft --export specdec_ref/models/weights/offline_draft
 
 Two stages, both resumable:
 1. **Data.** The target answers template chat prompts (`distill.prompts.training_prompts`) in batches,

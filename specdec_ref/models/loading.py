@@ -69,7 +69,7 @@ def load_offline_target(device: torch.device | str | None = None, dtype: torch.d
 def placeholder_draft(target, n_layers: int = 2):
     """The target's first n_layers with its embedding, norm and head: cheap but poorly aligned.
 
-    Only a stand-in until a trained draft ships; `load_offline_pair` warns when it uses it.
+    A fallback for an install without the shipped draft weights; `load_offline_pair` warns when it uses it.
     """
     config = target.config.__class__(**{**target.config.to_dict(), "num_hidden_layers": n_layers})
     draft = target.__class__(config).to(device=target.device, dtype=target.dtype)
@@ -86,7 +86,7 @@ def load_offline_pair(device: torch.device | str | None = None, dtype: torch.dty
     `FeatureDrafter`, which reads the target's hidden states), or "lm" (the distilled small causal LM, an
     ordinary Hugging Face model, so `generate(assistant_model=...)` can use it too).
     """
-    from . import feature_draft, offline_draft  # the trained drafts, when their weights ship with the package
+    from . import feature_draft, offline_draft  # the trained drafts (their weights ship with the package)
     if draft not in ("auto", "feature", "lm"):
         raise ValueError(f"draft must be 'auto', 'feature' or 'lm', got {draft!r}")
     device = torch.device(device or "cpu")

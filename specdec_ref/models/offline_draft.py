@@ -2,7 +2,7 @@
 
 The draft is an ordinary `LlamaForCausalLM` with a few layers, built at load time from
   * the target's own token embedding (shared, frozen, so it is not shipped), and
-  * the shipped weights in specdec_ref/weights/offline_draft/ (layers, final norm, head bias, the ids
+  * the shipped weights in specdec_ref/models/weights/offline_draft/ (layers, final norm, head bias, the ids
     of the tokens its head can propose, and the head rows themselves if training changed them).
 
 Its head scores only the `n_vocab` tokens the target writes most often, which makes a draft step
