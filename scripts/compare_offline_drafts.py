@@ -20,8 +20,9 @@ from specdec_ref.distill.prompts import HELD_OUT
 torch.set_num_threads(int(sys.argv[1]) if len(sys.argv) > 1 else 2)
 target, tok = sd.load_offline_target(dtype=torch.bfloat16)
 lm = offline_draft.load(target)
-head = feature_draft.load(target)  # the shipped head
-other = feature_draft.load(target, Path(sys.argv[2])) if len(sys.argv) > 2 else None
+heads = {"feature": feature_draft.load(target)}  # the shipped head, and optionally another to compare with it
+if len(sys.argv) > 2:
+    heads["other"] = feature_draft.load(target, Path(sys.argv[2]))
 prompts = HELD_OUT[12:16]
 enc = [sd.encode_chat(tok, p) for p in prompts]
 N = 64
@@ -33,18 +34,16 @@ for name, sampling in (("greedy", sd.SamplingConfig(0)), ("T=1", sd.SamplingConf
                "plain HF": lambda ids: hf_generate(target, ids, N, sampling, g)}
     for gam in (2, 3):
         methods[f"LM draft γ={gam}"] = lambda ids, gam=gam: sd.speculative_generate(target, lm, ids, N, gamma=gam, **o)
-        methods[f"feature head γ={gam}"] = lambda ids, gam=gam: sd.speculative_generate(target, FeatureDrafter(head), ids, N, gamma=gam, **o)
-        if other is not None:
-            methods[f"other head γ={gam}"] = lambda ids, gam=gam: sd.speculative_generate(target, FeatureDrafter(other), ids, N, gamma=gam, **o)
+        for label, h in heads.items():
+            methods[f"{label} head γ={gam}"] = lambda ids, gam=gam, h=h: sd.speculative_generate(target, FeatureDrafter(h), ids, N, gamma=gam, **o)
     rows = run_interleaved(methods, enc, progress=lambda m: print(name, m, flush=True))
     base = max(rows["plain ours"].tokens_per_second, rows["plain HF"].tokens_per_second)
     res[name] = {k: {"tok_s": r.tokens_per_second, "speedup": r.tokens_per_second / base, "alpha": r.alpha} for k, r in rows.items()}
     for k, v in res[name].items():
         print(f"{name:7s} {k:20s} {v['tok_s']:6.1f} tok/s  {v['speedup']:.2f}x  alpha={v['alpha']}", flush=True)
 res["c_lm"] = cost_ratio(target, lm, enc[0])
-res["c_feature"] = cost_ratio(target, FeatureDrafter(head), enc[0])
-if other is not None:
-    res["c_other"] = cost_ratio(target, FeatureDrafter(other), enc[0])
-print("c lm", res["c_lm"], "c feature", res["c_feature"], "c other", res.get("c_other"))
+for label, h in heads.items():
+    res[f"c_{label}"] = cost_ratio(target, FeatureDrafter(h), enc[0])
+print(", ".join(f"{k} {v:.3f}" for k, v in res.items() if k.startswith("c_")))
 Path("runs").mkdir(exist_ok=True)
 json.dump(res, open("runs/compare.json", "w"), indent=1)

@@ -82,9 +82,11 @@ def generate_main(args) -> None:
           f"speedup: {spec.tokens_per_second / plain.tokens_per_second:.2f}×")
     if sampling.greedy:
         split = greedy_divergence(target, ids, plain.tokens, spec.tokens)
-        words = "" if split is None else \
-            f" [{tokenizer.decode([split.plain_token])!r} vs {tokenizer.decode([split.spec_token])!r}]"
-        print(f"greedy outputs identical: {'yes' if split is None else f'no: {split}'}{words}")
+        if split is None:
+            print("greedy outputs identical: yes")
+        else:
+            print(f"greedy outputs identical: no: {split} "
+                  f"[{tokenizer.decode([split.plain_token])!r} vs {tokenizer.decode([split.spec_token])!r}]")
 
 
 def bench_main(args) -> None:
