@@ -11,11 +11,13 @@ distill/ (draft training).
 """
 from .cache import CachedModel, vocab_size
 from .device import default_device, synchronize, time_fn
-from .drafters import Drafter, FallbackDrafter, FeatureDrafter, ModelDrafter, NgramDrafter, ScheduledDrafter
+from .drafters import Drafter, FallbackDrafter, FeatureDrafter, ModelDrafter, NgramDrafter, ScheduledDrafter, TreeDrafter
 from .generate import Generation, Stats, Step, autoregressive_generate, speculative_generate, speculative_step
 from .models import PAIRS, HubPair, encode_chat, load_hf_pair, load_offline_pair, load_offline_target, load_pair
 from .sampling import SamplingConfig, logits_to_probs, sample
-from .tree import Tree, accepted_length_vs_chain, tree_speculative_generate, verify_tree
+from .kernels import kernel_path, prepack_for_cpu
+from .tree import (Tree, TreeBudget, accepted_length_vs_chain, tree_speculative_generate, verify_tree,
+                   verify_tree_deterministic)
 from .verify import accepted_mass, residual, verify
 
 __all__ = [
@@ -24,5 +26,6 @@ __all__ = [
     "CachedModel", "vocab_size", "Drafter", "ModelDrafter", "NgramDrafter", "ScheduledDrafter", "FallbackDrafter", "FeatureDrafter",
     "encode_chat", "load_offline_pair", "load_offline_target", "load_pair", "load_hf_pair", "PAIRS", "HubPair",
     "default_device", "synchronize", "time_fn",
-    "Tree", "tree_speculative_generate", "verify_tree", "accepted_length_vs_chain",
+    "Tree", "TreeBudget", "tree_speculative_generate", "verify_tree", "verify_tree_deterministic",
+    "accepted_length_vs_chain", "TreeDrafter", "prepack_for_cpu", "kernel_path",
 ]

@@ -20,6 +20,11 @@ def _cache_keyword(model_class: type) -> str:
                      "it cannot be given a KV cache")
 
 
+@functools.cache
+def _takes_logits_to_keep(model_class: type) -> bool:
+    return "logits_to_keep" in inspect.signature(model_class.forward).parameters
+
+
 def cache_kwargs(model, cache: DynamicCache | None) -> dict:
     """{keyword: cache} for model's forward, whichever transformers 5 release is installed."""
     return {_cache_keyword(type(model)): cache}
@@ -43,7 +48,9 @@ class CachedModel:
     """A causal LM plus its KV cache, fed only the tokens it has not seen yet.
 
     With keep_hidden=True it also keeps the final hidden state of every cached token (the vector the
-    LM head turns into logits), for drafters that draft from the target's features (EAGLE).
+    LM head turns into logits), for drafters that draft from the target's features (EAGLE). It then runs the
+    model's body and its LM head as two calls, so that only the last layer's states are kept, in a buffer
+    that grows by doubling (no copy of the whole history per step).
     """
 
     def __init__(self, model, keep_hidden: bool = False):
@@ -52,26 +59,62 @@ class CachedModel:
         self.n_cached = 0  # how many context tokens the cache holds
         self.calls = 0  # forward passes so far
         self.keep_hidden = keep_hidden
-        self.hidden: torch.Tensor | None = None  # [n_cached, d] final hidden states (only with keep_hidden)
+        self._hidden: torch.Tensor | None = None  # [capacity, d] buffer of final hidden states (keep_hidden)
 
-    def logits(self, context_ids: torch.Tensor) -> torch.Tensor:  # [T] -> [k, V], k = T - n_cached
-        """Run the model on context_ids[n_cached:], extending the cache; return their logits."""
+    @property
+    def hidden(self) -> torch.Tensor | None:  # -> [n_cached, d] final hidden states (None without keep_hidden)
+        return self._hidden[:self.n_cached] if self._hidden is not None else None
+
+    def logits(self, context_ids: torch.Tensor, keep: int | None = None, *, position_ids: torch.Tensor | None = None,
+               attention_mask: torch.Tensor | None = None) -> torch.Tensor:  # [T] -> [k, V]
+        """Run the model on context_ids[n_cached:], extending the cache; return the logits of the last `keep`
+        of them (all of them if None: k = T - n_cached). The LM head runs on those rows only.
+
+        position_ids [k] and a 4D additive attention_mask [1, 1, k, T] are for tree passes (tree.py); by
+        default the new tokens sit causally after the cached ones.
+        """
         new = context_ids[self.n_cached:]
-        out = self.model(input_ids=new[None], **cache_kwargs(self.model, self.cache), use_cache=True,
-                         output_hidden_states=self.keep_hidden)
-        check_cache_length(self.cache, context_ids.shape[0])
+        kw = cache_kwargs(self.model, self.cache)
+        if position_ids is not None:
+            kw.update(position_ids=position_ids[None], attention_mask=attention_mask)
         if self.keep_hidden:
-            h = out.hidden_states[-1][0]  # [k, d] the LM head's input at each new position
-            self.hidden = h if self.hidden is None else torch.cat([self.hidden, h])
+            h = self.model.base_model(input_ids=new[None], **kw, use_cache=True).last_hidden_state[0]  # [k, d]
+            self._store_hidden(h)
+            logits = self.model.get_output_embeddings()(h if keep is None else h[-keep:])  # [keep, V]
+        elif keep is not None and _takes_logits_to_keep(type(self.model)):
+            logits = self.model(input_ids=new[None], **kw, use_cache=True, logits_to_keep=keep).logits[0]
+        else:
+            logits = self.model(input_ids=new[None], **kw, use_cache=True).logits[0]  # [1, k, V] -> [k, V]
+        check_cache_length(self.cache, context_ids.shape[0])
         self.n_cached = context_ids.shape[0]
         self.calls += 1
-        return out.logits[0]  # [1, k, V] -> [k, V]
+        return logits if keep is None else logits[-keep:]
+
+    def _store_hidden(self, h: torch.Tensor) -> None:  # [k, d] appended after the first n_cached rows
+        end = self.n_cached + h.shape[0]
+        if self._hidden is None or self._hidden.shape[0] < end:
+            grown = h.new_empty(max(2 * end, 64), h.shape[1])  # [capacity, d]
+            if self._hidden is not None:
+                grown[:self.n_cached] = self._hidden[:self.n_cached]
+            self._hidden = grown
+        self._hidden[self.n_cached:end] = h
+
+    def keep_rows(self, n_prefix: int, rows: list[int]) -> None:
+        """Keep cache rows [0, n_prefix) and then `rows` (in that order), drop the others: after a tree pass, the
+        context plus the accepted path. Rows that already follow the prefix are a plain crop."""
+        if rows == list(range(n_prefix, n_prefix + len(rows))):
+            return self.rollback(n_prefix + len(rows))
+        idx = torch.cat([torch.arange(n_prefix), torch.tensor(rows, dtype=torch.long)]).to(self.cache.layers[0].keys.device)
+        for layer in self.cache.layers:  # [B, heads, n_cached, d_head] -> [B, heads, n_prefix + len(rows), d_head]
+            layer.keys, layer.values = layer.keys.index_select(-2, idx), layer.values.index_select(-2, idx)
+        if self._hidden is not None:
+            self._hidden[:idx.shape[0]] = self._hidden[idx]
+        self.n_cached = idx.shape[0]
 
     def rollback(self, n_tokens: int) -> None:
         """Crop the cache to its first n_tokens (transformers 5: crop takes minus the number to drop)."""
         if n_tokens == 0:
-            self.cache, self.n_cached, self.hidden = DynamicCache(), 0, None
+            self.cache, self.n_cached, self._hidden = DynamicCache(), 0, None
         elif n_tokens < self.n_cached:
             self.cache.crop(-(self.n_cached - n_tokens))
             self.n_cached = n_tokens
-            self.hidden = self.hidden[:n_tokens] if self.hidden is not None else None

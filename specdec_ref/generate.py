@@ -119,20 +119,15 @@ def autoregressive_generate(model, input_ids: torch.Tensor, max_new_tokens: int,
     lm, tokens, n_prompt = CachedModel(model), input_ids[0].long(), input_ids.shape[1]
     new, done = trim_new_tokens(tokens, n_prompt, max_new_tokens, eos_token_id)
     while not done:
-        probs = logits_to_probs(lm.logits(tokens)[-1], sampling)  # [V]
+        probs = logits_to_probs(lm.logits(tokens, keep=1)[0], sampling)  # [V]
         tokens = torch.cat([tokens, sample(probs, generator)])
         new, done = trim_new_tokens(tokens, n_prompt, max_new_tokens, eos_token_id)
     stats = Stats(target_calls=lm.calls, seconds=seconds_since(t0, input_ids.device))
     return Generation(new, stats)
 
 
-def _cache_len(drafter) -> int:
-    lm = getattr(drafter, "lm", None)
-    return lm.n_cached if isinstance(lm, CachedModel) else 0
-
-
 def as_drafter(draft) -> Drafter:
-    """A Hugging Face model becomes a ModelDrafter; anything with propose/rollback is used as it is."""
+    """A Hugging Face model becomes a ModelDrafter; anything that implements `Drafter` is used as it is."""
     return draft if isinstance(draft, Drafter) else ModelDrafter(draft)
 
 
@@ -144,21 +139,19 @@ def speculative_step(target_lm: CachedModel, drafter: Drafter, tokens: torch.Ten
     draft_tokens, draft_probs = drafter.propose(tokens, gamma, sampling, generator)  # [γ], [γ, V]
     g = draft_tokens.shape[0]  # a lookup drafter may find fewer than γ
     # 2. the target scores all γ+1 positions in one forward pass
-    target_logits = target_lm.logits(torch.cat([tokens, draft_tokens]))[-(g + 1):]  # [γ+1, V]
+    target_logits = target_lm.logits(torch.cat([tokens, draft_tokens]), keep=g + 1)  # [γ+1, V]
     target_probs = logits_to_probs(target_logits, sampling)  # [γ+1, V]
     # 3. keep an exact prefix of the draft, plus one replacement or bonus token
     n, next_token = verify(draft_tokens, draft_probs.to(target_probs.dtype), target_probs, generator)
-    # 4. append, and roll both caches back to the tokens that survived
-    cache_before = target_lm.n_cached, _cache_len(drafter)
+    # 4. append, and roll both caches back to the tokens that survived (the newest token is not fed yet)
+    cache_before = target_lm.n_cached, drafter.n_cached
     new_tokens = torch.cat([tokens, draft_tokens[:n], next_token])  # [T + n + 1]
     target_lm.rollback(new_tokens.shape[0] - 1)
-    drafter.rollback(new_tokens.shape[0] - 1)
-    if target_lm.keep_hidden:  # a feature drafter (EAGLE) drafts from the target's hidden states of kept tokens
-        drafter.observe(target_lm.hidden)  # [T + n, d]
+    drafter.sync(new_tokens.shape[0] - 1, target_lm.hidden)  # hidden [T + n, d] if the drafter asked for it, else None
     step = Step(context_len=tokens.shape[0], draft_tokens=draft_tokens, draft_probs=draft_probs,
                 target_probs=target_probs, n_accepted=n, next_token=int(next_token),
                 target_cache_before=cache_before[0], target_cache_after=target_lm.n_cached,
-                draft_cache_before=cache_before[1], draft_cache_after=_cache_len(drafter))
+                draft_cache_before=cache_before[1], draft_cache_after=drafter.n_cached)
     return new_tokens, step
 
 
@@ -171,7 +164,7 @@ def check_speculative_inputs(target, drafter: Drafter, input_ids: torch.Tensor, 
         raise ValueError(f"gamma must be an integer >= 1, got {gamma!r}")
     if isinstance(drafter, ModelDrafter):
         check_inputs(drafter.lm.model, input_ids, max_new_tokens, sampling, "draft")
-    if getattr(drafter, "vocab_size", vocab_size(target)) != vocab_size(target):
+    if drafter.vocab_size != vocab_size(target):
         raise ValueError(f"draft and target vocabularies differ ({drafter.vocab_size} vs {vocab_size(target)}); "
                          "they must share a tokenizer (slice padded heads to the tokenizer's length)")
 
@@ -184,14 +177,14 @@ def speculative_generate(target, draft, input_ids: torch.Tensor, max_new_tokens:
     """Draft cheaply, verify in one target pass, keep an exact prefix, repeat.
 
     `draft` is a Hugging Face causal LM or any `Drafter`. gamma=None uses the drafter's recommended
-    `default_gamma` (4 if it has none). `on_step` sees every iteration's `Step`.
+    `default_gamma`. `on_step` sees every iteration's `Step`.
     """
     drafter = as_drafter(draft)
-    gamma = getattr(drafter, "default_gamma", 4) if gamma is None else gamma
+    gamma = drafter.default_gamma if gamma is None else gamma
     check_speculative_inputs(target, drafter, input_ids, max_new_tokens, gamma, sampling, generator)
-    drafter.rollback(0)  # a drafter object may be reused across calls: start from an empty cache
+    drafter.sync(0)  # a drafter object may be reused across calls: start from an empty cache
     t0 = start_timer(input_ids.device)
-    target_lm = CachedModel(target, keep_hidden=getattr(drafter, "reads_target_features", False))
+    target_lm = CachedModel(target, keep_hidden=drafter.wants_target_hidden)
     tokens, n_prompt, stats = input_ids[0].long(), input_ids.shape[1], Stats()
     new, done = trim_new_tokens(tokens, n_prompt, max_new_tokens, eos_token_id)
     while not done:
@@ -203,5 +196,5 @@ def speculative_generate(target, draft, input_ids: torch.Tensor, max_new_tokens:
             on_step(step)
         new, done = trim_new_tokens(tokens, n_prompt, max_new_tokens, eos_token_id)
     stats.seconds = seconds_since(t0, input_ids.device)
-    stats.target_calls, stats.draft_calls = target_lm.calls, getattr(drafter, "calls", 0)
+    stats.target_calls, stats.draft_calls = target_lm.calls, drafter.calls
     return Generation(new, stats)

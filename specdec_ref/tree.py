@@ -11,12 +11,18 @@ Notation (as in verify.py): target_probs is the big model's distribution, draft_
 Node 0 is the root, i.e. the last context token; nodes 1..N are drafted tokens, listed breadth
 first. Row i of target_probs / draft_probs is the distribution of the token that follows node i.
 
-Sampled verification is SpecInfer's multi-step speculative sampling (Miao et al. 2024, "SpecInfer",
-Algorithm 2; the same rule as SpecTr's k-sequential selection, Sun et al. 2023): the children of
-a node are drafted i.i.d. from draft_probs[node] and tried one by one; child x is accepted with
-probability min(1, p(x) / q(x)), where p starts as target_probs[node] and becomes
-normalise(max(p - q, 0)) after every rejected sibling. The emitted token is then distributed
-exactly as target_probs[node], whatever q is (see `verify_tree`).
+Two exact rules for sampled verification, one per way of choosing the children:
+
+* Static trees with sampled children (`tree=(2, 2)`): SpecInfer's multi-step speculative sampling (Miao et
+  al. 2024, Algorithm 2). The children of a node are drafted i.i.d. from draft_probs[node] and tried one by
+  one; child x is accepted with probability min(1, p(x) / q(x)), where p starts as target_probs[node] and
+  becomes normalise(max(p - q, 0)) after every rejected sibling (`verify_tree`). SpecTr's k-sequential
+  selection (Sun et al. 2023) is a different rule: an optimal-transport coupling with its own acceptance
+  probabilities and residual, not implemented here.
+* Dynamic trees (EAGLE-2, `TreeBudget`): the children are the draft's top-k tokens, chosen deterministically,
+  so they are not i.i.d. draws and SpecInfer's rule does not apply. Recursive rejection sampling with
+  point-mass proposals does (`verify_tree_deterministic`): try candidate x with probability p(x), on
+  rejection set p(x) = 0 and renormalise, and if every candidate is rejected, sample from what is left.
 """
 from __future__ import annotations
 
@@ -29,8 +35,9 @@ import torch
 
 from .cache import CachedModel, cache_kwargs, check_cache_length, vocab_size
 from .device import seconds_since, start_timer
-from .drafters import ModelDrafter
-from .generate import Generation, Stats, check_generator, check_inputs, trim_new_tokens
+from .drafters import ModelDrafter, TreeDrafter
+from .generate import (Generation, Stats, as_drafter, check_generator, check_inputs, check_speculative_inputs,
+                       trim_new_tokens)
 from .sampling import SamplingConfig, logits_to_probs, sample
 from .verify import residual
 
@@ -261,7 +268,8 @@ class TreeStep:
     context_len: int  # tokens in the sequence before this iteration
     tree: Tree  # the tree drafted (pruned near max_new_tokens)
     node_tokens: torch.Tensor  # [N+1] node 0 is the root (last context token), 1..N were drafted
-    draft_probs: torch.Tensor  # [N+1, V] row i: the distribution node i's children were drawn from
+    draft_probs: torch.Tensor | None  # [N+1, V] row i: the distribution node i's children were drawn from
+    # (None for a dynamic tree: its children are the draft's top-k, and the exact rule never reads q)
     target_probs: torch.Tensor  # [N+1, V] row i: the target's next-token distribution after node i's path
     path: list[int]  # accepted node ids, root excluded
     next_token: int  # the token emitted after the path (replacement, or bonus at a leaf)
@@ -307,16 +315,22 @@ def check_tree_inputs(target, draft, input_ids: torch.Tensor, max_new_tokens: in
 
 @torch.inference_mode()
 def tree_speculative_generate(target, draft, input_ids: torch.Tensor, max_new_tokens: int, *,
-                              tree: Tree | Sequence[int] = (2, 2), sampling: SamplingConfig = SamplingConfig(),
-                              generator: torch.Generator | None = None, eos_token_id: int | None = None,
+                              tree: Tree | Sequence[int] | TreeBudget = (2, 2),
+                              sampling: SamplingConfig = SamplingConfig(), generator: torch.Generator | None = None,
+                              eos_token_id: int | None = None,
                               on_step: Callable[[TreeStep], None] | None = None) -> Generation:  # [1, T] -> [n_new]
     """Draft a tree of candidates, verify it in one target pass, keep an exact path, repeat.
 
-    `tree` is a Tree or branching factors per depth: (2, 2) drafts 2 candidates, each with 2 continuations.
+    `tree` is a TreeBudget (EAGLE-2's dynamic tree, grown by any `TreeDrafter`: the feature head, a model draft,
+    prompt lookup), or a static Tree or branching factors per depth for a draft model: (2, 2) samples 2
+    candidates, each with 2 continuations (SpecInfer).
     Stats.accepted holds the accepted path length per iteration (one target pass each); Stats.drafted counts
     every node of the tree. Stats.acceptance_rate and Stats.alpha are chain quantities (a tree can accept at
     most one node per depth): compare trees by mean accepted per pass, as `accepted_length_vs_chain` does.
     """
+    if isinstance(tree, TreeBudget):
+        return dynamic_tree_generate(target, draft, input_ids, max_new_tokens, budget=tree, sampling=sampling,
+                                     generator=generator, eos_token_id=eos_token_id, on_step=on_step)
     tree = as_tree(tree)
     draft = draft.lm.model if isinstance(draft, ModelDrafter) else draft
     check_tree_inputs(target, draft, input_ids, max_new_tokens, tree, sampling, generator)
@@ -334,6 +348,172 @@ def tree_speculative_generate(target, draft, input_ids: torch.Tensor, max_new_to
         new, done = trim_new_tokens(tokens, n_prompt, max_new_tokens, eos_token_id)
     stats.seconds = seconds_since(t0, input_ids.device)
     stats.target_calls, stats.draft_calls = target_lm.calls, draft_lm.calls
+    return Generation(new, stats)
+
+
+# ----------------------------------------------------------------------------------------------
+# Dynamic trees (EAGLE-2): grow the tree the draft is most confident in, verify it with an exact rule
+# ----------------------------------------------------------------------------------------------
+
+def verify_tree_deterministic(tree: Tree, node_tokens: torch.Tensor, target_probs: torch.Tensor,
+                              generator: torch.Generator | None = None,
+                              ) -> tuple[list[int], torch.Tensor]:  # [N+1], [N+1, V] -> (path, [1])
+    """Recursive rejection sampling with point-mass proposals, for children chosen deterministically (top-k).
+
+    At a node, with p = target_probs[node], try the children in order: accept child x with probability p(x);
+    on rejection set p = residual(p, one_hot(x)), i.e. p(x) = 0 and renormalise, and try the next child. If
+    every child is rejected, emit a sample of what is left of p. Exact: child i is emitted with probability
+    prod_{j<i} (1 - p_j(x_j)) * p_i(x_i) = p(x_i), and any other token x with probability
+    (1 - sum_i p(x_i)) * p(x) / (1 - sum_i p(x_i)) = p(x). This is SpecInfer's rule with q = one_hot(x) for
+    each child, so the children must be distinct (a deterministic top-k is).
+    """
+    path, node = [], 0
+    while True:
+        p = target_probs[node]  # [V]
+        for child in tree.children(node):
+            x = node_tokens[child]
+            u = torch.rand((), generator=generator, device=p.device, dtype=p.dtype)
+            # accept x with probability min(1, p_target(x) / 1): the draft "proposed" x with certainty
+            if u < p[x]:
+                break
+            p = residual(p, torch.zeros_like(p).index_fill_(0, x[None], 1.0))  # rejected: remove x, renormalise
+        else:
+            return path, sample(p, generator)
+        node = child
+        path.append(node)
+
+
+@dataclass(frozen=True)
+class TreeBudget:
+    """EAGLE-2's three knobs: how deep the draft looks, how wide, and how many nodes the target verifies."""
+    depth: int = 4  # draft passes per iteration, the deepest a node can be
+    topk: int = 4  # children per expanded node, and nodes expanded per depth
+    n_nodes: int = 12  # N, the drafted nodes the target scores in its one pass (the best N by draft confidence)
+
+    def __post_init__(self):
+        for name in ("depth", "topk", "n_nodes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"TreeBudget.{name} must be an integer >= 1, got {value!r}")
+
+
+@dataclass
+class GrowingTree:
+    """The nodes drafted so far, in the order they were made; node 0 is the root (the last context token)."""
+    parents: list[int]  # parent of every node (-1 for the root)
+    tokens: list[int]  # token of every node
+    depth: list[int]  # depth of every node
+    score: list[float]  # cumulative draft log-probability of the path to every node (0 at the root)
+
+    def ancestors(self, node: int) -> list[int]:
+        """node and its ancestors, root excluded."""
+        out = []
+        while node > 0:
+            out.append(node)
+            node = self.parents[node]
+        return out
+
+
+def grow_tree(root_token: int, root_logits: torch.Tensor,
+              expand: Callable[[GrowingTree, list[int]], torch.Tensor],
+              budget: TreeBudget) -> tuple[Tree, list[int]]:  # [V] -> (Tree, node tokens [N+1])
+    """EAGLE-2 (Li et al. 2024): expand the most promising nodes depth by depth, then keep the best N overall.
+
+    A node's score is its path's cumulative draft log-probability (softmax of the raw logits, whatever the
+    sampling: it ranks guesses, it is never used to accept them). Depth 1 is the root's top-k tokens. At each
+    further depth the k best nodes of the last depth are expanded (`expand(tree, nodes)` -> their logits
+    [k, V], one draft pass) into k children each, and the k best of those k^2 form the next depth. Finally
+    the N best nodes of all depths are kept; a child never scores above its parent, so they form a tree.
+    """
+    g = GrowingTree([-1], [root_token], [0], [0.0])
+
+    def add_children(nodes: list[int], logits: torch.Tensor) -> list[int]:  # [len(nodes), V] -> new node ids
+        logp = logits.float().log_softmax(-1)  # [n, V]
+        top = logp.topk(budget.topk, dim=-1)  # [n, k]
+        cand = torch.tensor([g.score[v] for v in nodes])[:, None] + top.values.cpu()  # [n, k] path scores
+        keep = cand.flatten().topk(min(budget.topk, cand.numel())).indices.tolist()  # the k best children
+        new = []
+        for i in sorted(keep):
+            row, col = divmod(i, budget.topk)
+            g.parents.append(nodes[row])
+            g.tokens.append(int(top.indices[row, col]))
+            g.depth.append(g.depth[nodes[row]] + 1)
+            g.score.append(float(cand[row, col]))
+            new.append(len(g.parents) - 1)
+        return new
+
+    level = add_children([0], root_logits[None])
+    for _ in range(budget.depth - 1):
+        level = add_children(level, expand(g, level))
+    best = sorted(range(1, len(g.parents)), key=lambda v: (-g.score[v], g.depth[v]))[:budget.n_nodes]
+    keep = [0] + sorted(best, key=lambda v: (g.depth[v], v))  # breadth first, as Tree wants
+    new_id = {v: i for i, v in enumerate(keep)}
+    parents = tuple(-1 if v == 0 else new_id[g.parents[v]] for v in keep)
+    return Tree(parents), [g.tokens[v] for v in keep]
+
+
+def tree_rows_mask(g: GrowingTree, fed: list[int], new: list[int], n_prefix: int, dtype: torch.dtype,
+                   device=None) -> torch.Tensor:  # -> [1, 1, len(new), n_prefix + len(fed) + len(new)]
+    """Additive mask for a draft pass over `new` nodes whose cache already holds n_prefix context rows and then
+    the `fed` nodes: a node sees the context, and among the drafted nodes only itself and its ancestors."""
+    cols = torch.tensor(fed + new)  # [m] node id of every drafted row
+    allowed = torch.ones(len(new), n_prefix + cols.shape[0], dtype=torch.bool)
+    for r, v in enumerate(new):
+        allowed[r, n_prefix:] = torch.isin(cols, torch.tensor(g.ancestors(v)))
+    mask = torch.zeros(allowed.shape, dtype=dtype)
+    return mask.masked_fill(~allowed, torch.finfo(dtype).min)[None, None].to(device)
+
+
+def dynamic_tree_step(target_lm: CachedModel, drafter: TreeDrafter, tokens: torch.Tensor, budget: TreeBudget,
+                      sampling: SamplingConfig, generator: torch.Generator | None, max_depth: int | None = None,
+                      ) -> tuple[torch.Tensor, TreeStep]:  # [T] -> ([T + len(path) + 1], TreeStep)
+    """One iteration: the drafter grows a tree, the target scores every node in one pass, an exact path is kept.
+
+    The accepted nodes' keys and values are kept (gathered out of the tree's rows), not re-fed.
+    """
+    T = tokens.shape[0]
+    tree, node_tokens = drafter.propose_tree(tokens, budget, sampling, max_depth)  # Tree, [N+1]
+    N = tree.size
+    flat = torch.cat([tokens, node_tokens[1:]])  # [T + N]: the context, then the drafted nodes
+    start, dtype = target_lm.n_cached, next(target_lm.model.parameters()).dtype
+    mask = tree_attention_mask(tree, T, start, T + N, dtype, tokens.device)  # [1, 1, q, T + N]
+    positions = tree_position_ids(tree, T, start, T + N, tokens.device)  # [q]
+    target_logits = target_lm.logits(flat, keep=N + 1, position_ids=positions, attention_mask=mask)  # [N+1, V]
+    target_probs = logits_to_probs(target_logits, sampling)  # [N+1, V]
+    if sampling.greedy:
+        path, next_token = verify_tree_greedy(tree, node_tokens, target_probs)
+    else:
+        path, next_token = verify_tree_deterministic(tree, node_tokens, target_probs, generator)
+    target_lm.keep_rows(T, [T - 1 + i for i in path])  # node i sits at flattened row T - 1 + i
+    new_tokens = torch.cat([tokens, node_tokens[path], next_token])  # [T + len(path) + 1]
+    drafter.sync(new_tokens.shape[0] - 1, target_lm.hidden)
+    return new_tokens, TreeStep(T, tree, node_tokens, None, target_probs, path, int(next_token))
+
+
+def dynamic_tree_generate(target, draft, input_ids: torch.Tensor, max_new_tokens: int, *, budget: TreeBudget,
+                          sampling: SamplingConfig, generator: torch.Generator | None, eos_token_id: int | None,
+                          on_step: Callable[[TreeStep], None] | None) -> Generation:  # [1, T] -> [n_new]
+    """The loop of `tree_speculative_generate` for a TreeBudget: validate, then repeat `dynamic_tree_step`."""
+    drafter = as_drafter(draft)
+    if not isinstance(drafter, TreeDrafter):
+        raise ValueError(f"{type(drafter).__name__} cannot grow a tree (it has no propose_tree); "
+                         "use speculative_generate for a chain")
+    check_speculative_inputs(target, drafter, input_ids, max_new_tokens, 1, sampling, generator)
+    drafter.sync(0)
+    t0 = start_timer(input_ids.device)
+    target_lm = CachedModel(target, keep_hidden=drafter.wants_target_hidden)
+    tokens, n_prompt, stats = input_ids[0].long(), input_ids.shape[1], Stats()
+    new, done = trim_new_tokens(tokens, n_prompt, max_new_tokens, eos_token_id)
+    while not done:
+        room = max_new_tokens - new.shape[0] - 1  # never draft past max_new_tokens
+        tokens, step = dynamic_tree_step(target_lm, drafter, tokens, budget, sampling, generator, max_depth=room)
+        stats.accepted.append(len(step.path))
+        stats.drafted.append(step.tree.size)
+        if on_step is not None:
+            on_step(step)
+        new, done = trim_new_tokens(tokens, n_prompt, max_new_tokens, eos_token_id)
+    stats.seconds = seconds_since(t0, input_ids.device)
+    stats.target_calls, stats.draft_calls = target_lm.calls, drafter.calls
     return Generation(new, stats)
 
 

@@ -43,25 +43,49 @@ def test_confidence_stop_proposes_fewer_tokens_when_unsure():
     assert never.propose(ids, 5, T1)[0].shape[0] == 5
 
 
+class Fixed:  # proposes exactly what it is asked for (or nothing, if empty)
+    vocab_size, default_gamma, wants_target_hidden, n_cached = 3, 7, False, 0
+
+    def __init__(self, empty: bool = False):
+        self.empty, self.calls = empty, 0
+
+    def propose(self, context_ids, gamma, sampling, generator=None):
+        self.calls += 1
+        n = 0 if self.empty else gamma
+        return torch.zeros(n, dtype=torch.long), torch.full((n, 3), 1 / 3)
+
+    def sync(self, n_kept, target_hidden=None):
+        pass
+
+
 def test_schedule_grows_by_two_after_full_acceptance_and_shrinks_by_one_otherwise():
-    class Fixed:  # proposes exactly what it is asked for
-        vocab_size = 3
-
-        def propose(self, context_ids, gamma, sampling, generator=None):
-            return torch.zeros(gamma, dtype=torch.long), torch.full((gamma, 3), 1 / 3)
-
-        def rollback(self, n_tokens):
-            pass
-
     s = sd.ScheduledDrafter(Fixed(), start=4)
     ctx = torch.zeros(10, dtype=torch.long)
-    s.propose(ctx, 16, T1); s.rollback(10 + 4)  # all 4 accepted      # noqa: E702
+    s.propose(ctx, 16, T1); s.sync(10 + 4)  # all 4 accepted      # noqa: E702
     assert s.num_tokens == 6
-    s.propose(ctx, 16, T1); s.rollback(10 + 2)  # 2 of 6 accepted     # noqa: E702
+    s.propose(ctx, 16, T1); s.sync(10 + 2)  # 2 of 6 accepted     # noqa: E702
     assert s.num_tokens == 5
     assert s.propose(ctx, 3, T1)[0].shape[0] == 3  # the loop's γ caps the schedule
-    s.rollback(0)
+    s.sync(0)
     assert s.num_tokens == 4 and s.history == []
+
+
+def test_schedule_does_not_grow_when_nothing_was_proposed():
+    s = sd.ScheduledDrafter(Fixed(empty=True), start=4)
+    ctx = torch.zeros(10, dtype=torch.long)
+    for _ in range(3):
+        assert s.propose(ctx, 16, T1)[0].shape[0] == 0
+        s.sync(10)  # nothing proposed, nothing accepted: no evidence that longer drafts would pay
+    assert s.num_tokens == 4
+
+
+def test_schedule_forwards_every_member_of_the_contract():
+    inner = Fixed()
+    s = sd.ScheduledDrafter(inner)
+    assert isinstance(s, sd.Drafter)
+    assert (s.vocab_size, s.default_gamma, s.wants_target_hidden, s.calls, s.n_cached) == (3, 7, False, 0, 0)
+    s.propose(torch.zeros(5, dtype=torch.long), 2, T1)
+    assert s.calls == inner.calls == 1
 
 
 def test_adaptive_options_refuse_bad_values():

@@ -157,7 +157,7 @@ def reader_step(target_lm, drafter, tokens, gamma, sampling, generator):
     n, next_token = sd.verify(draft_tokens, draft_probs.to(target_probs.dtype), target_probs, generator)
     new_tokens = torch.cat([tokens, draft_tokens[:n], next_token])
     target_lm.rollback(new_tokens.shape[0] - 1)
-    drafter.rollback(new_tokens.shape[0] - 1)
+    drafter.sync(new_tokens.shape[0] - 1, target_lm.hidden)
     return new_tokens
 
 

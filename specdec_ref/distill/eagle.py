@@ -38,7 +38,8 @@ from safetensors.torch import load_file
 
 from ..drafters import FeatureDrafter
 from ..generate import speculative_generate
-from ..models import encode_chat, feature_draft, offline_draft
+from ..kernels import prepack_for_cpu
+from ..models import default_dtype, encode_chat, feature_draft, offline_draft
 from ..sampling import SamplingConfig
 from .prompts import HELD_OUT, training_prompts
 from .train import log, optimiser_step, resume, sample_batch, save_checkpoint, start_run
@@ -66,6 +67,8 @@ class EagleConfig:
     eval_every: int = 250  # steps between validations and checkpoints
     eval_prompts: int = 12  # held-out prompts for the final α per position
     eval_tokens: int = 96  # tokens generated per held-out prompt
+    stop_after: str = "eval"  # last stage to run: prompts, answers, features, train or eval
+    gen_dtype: str = "auto"  # dtype of the stages 1-2 copy: auto (bfloat16 where the CPU multiplies it natively)
 
 
 QUICK = dict(n_generated=8, n_grounded=2, n_template=4, batch_prompts=8, max_new_tokens=16, steps=6,
@@ -96,6 +99,12 @@ STYLES = [  # {w} is a random word; every one asks the target to write a prompt,
     "Write a request asking for the pros and cons of {w}. Reply with the request only.",
     "Write a request asking for a step-by-step plan involving {w}. Reply with the request only.",
     "Write a fun trivia question about {w}. Reply with the question only.",
+    "Write a request asking for a short Python function that has something to do with {w}. Reply with the request only.",
+    "Write a request asking for a numbered list of facts about {w}. Reply with the request only.",
+    "Write a question that needs a step-by-step answer, about {w}. Reply with the question only.",
+    "Write a request asking to explain a common mistake people make with {w}. Reply with the request only.",
+    "Write a request asking for a table-like comparison (as plain text) involving {w}. Reply with the request only.",
+    "Write a short math word problem about {w}, as a student would ask it. Reply with the problem only.",
 ]
 TASKS = [  # input-grounded tasks: the answer copies, trims or restructures the paragraph
     "Rewrite this paragraph with small edits to make it clearer:\n\n{p}",
@@ -106,7 +115,10 @@ TASKS = [  # input-grounded tasks: the answer copies, trims or restructures the 
     "Turn this paragraph into three short questions and answers:\n\n{p}",
 ]
 FOLLOWUPS = ["Can you give me an example?", "Can you explain that more simply?", "Why is that?",
-             "Can you make it shorter?", "What should I do first?", "Tell me more about the first point."]
+             "Can you make it shorter?", "What should I do first?", "Tell me more about the first point.",
+             "Can you put that as a numbered list?", "Thanks! Can you summarise it in one sentence?",
+             "What would you add to that?", "Can you write it again, more formally?"]
+TEMPERATURES = (0.0, 0.7, 1.0, 0.3)  # answer shard i is written at TEMPERATURES[i % 4] (the seed-0 run used 3)
 
 
 def random_words(tokenizer, n: int, seed: int) -> list[str]:
@@ -175,14 +187,15 @@ def make_answers(cfg: EagleConfig, gen_model, tokenizer, prompts: list[str]) -> 
     """Stage 2: shards of {"ids": [L] prompt+answer, "n_prompt": int}; some with a follow-up turn."""
     shard_dir = Path(cfg.out) / "answers"
     shard_dir.mkdir(parents=True, exist_ok=True)
-    B, temps, rng = cfg.batch_prompts, (0.0, 0.7, 1.0), random.Random(cfg.seed + 7)
+    B, rng = cfg.batch_prompts, random.Random(cfg.seed + 7)
+    temps = TEMPERATURES[:3] if cfg.seed == 0 else TEMPERATURES  # seed 0: as the shipped corpus was written
     paths = []
     for i in range(0, len(prompts), B):
         path = shard_dir / f"shard_{i // B:05d}.pt"
         paths.append(path)
         if path.exists():
             continue
-        t0, temp = time.time(), temps[(i // B) % 3]
+        t0, temp = time.time(), temps[(i // B) % len(temps)]
         chats = [[{"role": "user", "content": p}] for p in prompts[i:i + B]]
         answers = _generate(gen_model, tokenizer, chats, cfg.max_new_tokens, temp, cfg.seed + i)
         for chat, a in zip(chats, answers):
@@ -198,7 +211,7 @@ def make_answers(cfg: EagleConfig, gen_model, tokenizer, prompts: list[str]) -> 
             ids = tokenizer.apply_chat_template(c, return_tensors="pt")["input_ids"][0]
             n_prompt = tokenizer.apply_chat_template(c[:-1], add_generation_prompt=True,
                                                      return_tensors="pt")["input_ids"].shape[1]
-            rows.append({"ids": ids, "n_prompt": torch.tensor(n_prompt)})
+            rows.append({"ids": ids.to(torch.int32), "n_prompt": torch.tensor(n_prompt), "temperature": temp})
         _save(rows, path)
         n_new = sum(int(r["ids"].shape[0] - r["n_prompt"]) for r in rows)
         log(cfg, f"answers: shard {i // B + 1}/{math.ceil(len(prompts) / B)} T={temp}: {n_new} answer tokens "
@@ -219,7 +232,7 @@ def make_features(cfg: EagleConfig, target, answer_paths: list[Path]) -> list[Pa
             continue
         t0, rows = time.time(), torch.load(src, weights_only=True)
         for r in rows:  # one sequence at a time: no padding to get wrong, and ~800 tokens/s on 2 cores anyway
-            out = target(input_ids=r["ids"][None], output_hidden_states=True)
+            out = target(input_ids=r["ids"].long()[None], output_hidden_states=True)
             r["hidden"] = out.hidden_states[-1][0].to(torch.float16)  # [L, d]
         _save(rows, path)
         n = sum(r["ids"].shape[0] for r in rows)
@@ -342,11 +355,17 @@ def alpha_per_position(target, drafter, tokenizer, prompts: list[str], gamma: in
 def run(cfg: EagleConfig, target=None, tokenizer=None):
     """All five stages -> (head, curve, report)."""
     target, tokenizer = start_run(cfg, target, tokenizer)
-    gen_model = copy.deepcopy(target).to(torch.bfloat16)  # data in bfloat16: several times faster on CPUs with AMX
+    dtype = default_dtype(target.device) if cfg.gen_dtype == "auto" else getattr(torch, cfg.gen_dtype)
+    gen_model = prepack_for_cpu(copy.deepcopy(target).to(dtype))  # bfloat16 only where the CPU multiplies it
     prompts = make_prompts(cfg, gen_model, tokenizer)
     prompts = prompts[:cfg.max_prompts] if cfg.max_prompts else prompts
     log(cfg, f"{len(prompts)} training prompts")
-    feats = make_features(cfg, gen_model, make_answers(cfg, gen_model, tokenizer, prompts))
+    if cfg.stop_after == "prompts":
+        return None, [], {}
+    answers = make_answers(cfg, gen_model, tokenizer, prompts)
+    if cfg.stop_after == "answers":
+        return None, [], {}
+    feats = make_features(cfg, gen_model, answers)
     del gen_model
     head, curve = train(cfg, target, feats)
     drafter = FeatureDrafter(head)
@@ -371,7 +390,7 @@ def main(argv: list[str] | None = None) -> None:
     overrides = {k: v for k, v in vars(args).items() if k in EagleConfig.__dataclass_fields__ and v is not None}
     cfg = EagleConfig(**{**(QUICK if args.quick else {}), **overrides})
     head, curve, report = run(cfg)
-    if args.export:
+    if args.export and head is not None:
         feature_draft.save(head, Path(args.export), {"config": asdict(cfg), "curve": curve, "alpha": report})
         log(cfg, f"exported to {args.export}")
 

@@ -80,19 +80,21 @@ class Row:
 def draft_step_seconds(target, draft, input_ids: torch.Tensor, repeats: int = 20) -> float:
     """Median time of one draft step (proposing one token after the prompt), for any drafter or draft model."""
     drafter, tokens = as_drafter(draft), input_ids[0]
-    drafter.rollback(0)
-    if getattr(drafter, "reads_target_features", False):  # a feature drafter needs the target's features first
+    drafter.sync(0)
+    hidden = None
+    if drafter.wants_target_hidden:  # a feature drafter needs the target's features first
         lm = CachedModel(target, keep_hidden=True)
         lm.logits(tokens)
-        drafter.observe(lm.hidden[:-1])
+        hidden = lm.hidden[:-1]  # [T-1, d]
+    drafter.sync(tokens.shape[0] - 1, hidden)
     drafter.propose(tokens, 1, SamplingConfig(temperature=0))  # prefill, untimed
 
     def step():
         drafter.propose(tokens, 1, SamplingConfig(temperature=0))
 
     timing = time_fn(step, input_ids.device, warmup=2, repeats=repeats,
-                     setup=lambda: drafter.rollback(tokens.shape[0] - 1))  # forget the last token: one step each
-    drafter.rollback(0)
+                     setup=lambda: drafter.sync(tokens.shape[0] - 1, hidden))  # forget the last token: one step each
+    drafter.sync(0)
     return timing.median
 
 

@@ -59,11 +59,16 @@ class DraftProcessedDifferently:
 
     def __init__(self, drafter, actual: SamplingConfig):
         self.drafter, self.actual = drafter, actual
-        self.vocab_size = drafter.vocab_size
+        self.vocab_size, self.default_gamma = drafter.vocab_size, drafter.default_gamma
+        self.wants_target_hidden = False
 
     @property
     def calls(self):
         return self.drafter.calls
+
+    @property
+    def n_cached(self):
+        return self.drafter.n_cached
 
     def propose(self, context_ids, gamma, sampling, generator=None):
         tokens, _ = self.drafter.propose(context_ids, gamma, self.actual, generator)
@@ -73,8 +78,8 @@ class DraftProcessedDifferently:
         logits = self.drafter.lm.model(input_ids=torch.cat([context_ids, tokens])[None]).logits[0]
         return tokens, logits_to_probs(logits[-gamma - 1:-1], sampling)
 
-    def rollback(self, n_tokens):
-        self.drafter.rollback(n_tokens)
+    def sync(self, n_kept, target_hidden=None):
+        self.drafter.sync(n_kept, target_hidden)
 
 
 @contextlib.contextmanager

@@ -40,14 +40,13 @@ def alpha_along(target, draft, sequences: list[tuple[torch.Tensor, int]]) -> tup
     for seq, n_prompt in sequences:  # seq [T]
         logits = target(input_ids=seq[None]).logits[0].float()  # [T, V]
         feats = None
-        if getattr(drafter, "reads_target_features", False):  # an EAGLE-style drafter reads the target's features
+        if drafter.wants_target_hidden:  # an EAGLE-style drafter reads the target's features
             lm = CachedModel(target, keep_hidden=True)
             lm.logits(seq)
             feats = lm.hidden  # [T, d]
-        drafter.rollback(0)
+        drafter.sync(0)
         for t in range(n_prompt, seq.shape[0]):  # propose token t from seq[:t]
-            if feats is not None:
-                drafter.observe(feats[:t - 1])
+            drafter.sync(t - 1, feats[:t - 1] if feats is not None else None)
             tokens, draft_probs = drafter.propose(seq[:t], 1, T1)  # [≤1], [≤1, V]
             positions += 1
             if tokens.shape[0] == 0:
@@ -56,7 +55,7 @@ def alpha_along(target, draft, sequences: list[tuple[torch.Tensor, int]]) -> tup
             hits += float(draft_probs[0].argmax() == target_probs.argmax())  # greedy: the draft's argmax
             overlap += float(torch.minimum(target_probs, draft_probs[0].to(target_probs.dtype)).sum())
             n += 1
-        drafter.rollback(0)
+        drafter.sync(0)
     return (hits / n, overlap / n, n / positions) if n else (float("nan"), float("nan"), 0.0)
 
 

@@ -16,6 +16,7 @@ from torch import nn
 
 from ..cache import vocab_size
 from ..drafters import FeatureDrafter, NgramDrafter
+from ..kernels import unpack
 from . import feature_draft as _feature
 from . import offline_draft
 from .loading import placeholder_draft
@@ -58,7 +59,7 @@ def int8_copy(target, *, activations: bool = True):
     activations=True: torch's dynamic quantisation (int8 weights *and* activations, int8 matrix kernels);
     activations=False: weight-only int8 (`Int8Linear`), which keeps the activations in the model's dtype.
     """
-    draft = copy.deepcopy(target).eval()
+    draft = unpack(copy.deepcopy(target)).eval()  # quantisation looks for nn.Linear, not prepacked layers
     if activations:
         import warnings
         with warnings.catch_warnings():

@@ -47,11 +47,16 @@ class FeatureHead(nn.Module):
         self.head = ReducedHead(target.get_output_embeddings().weight, keep_ids.to(target.device))
         self.to(device=target.device, dtype=target.dtype)
 
-    def forward(self, hidden: torch.Tensor, next_tokens: torch.Tensor,
-                cache: DynamicCache | None = None) -> torch.Tensor:  # [B, k, d], [B, k] -> [B, k, d]
-        """Predict the target's hidden state at the next token's position, for k positions at once."""
+    def forward(self, hidden: torch.Tensor, next_tokens: torch.Tensor, cache: DynamicCache | None = None, *,
+                position_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None) -> torch.Tensor:  # [B, k, d], [B, k] -> [B, k, d]
+        """Predict the target's hidden state at the next token's position, for k positions at once.
+
+        position_ids [B, k] and a 4D additive mask let a tree of guesses share one pass (FeatureDrafter.propose_tree).
+        """
         x = self.fc(torch.cat([self.embed(next_tokens), hidden], dim=-1))  # [B, k, 2d] -> [B, k, d]
-        out = self.body(inputs_embeds=x, **cache_kwargs(self.body, cache), use_cache=cache is not None)
+        out = self.body(inputs_embeds=x, **cache_kwargs(self.body, cache), use_cache=cache is not None,
+                        position_ids=position_ids, attention_mask=attention_mask)
         return out.last_hidden_state
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:  # [..., d] -> [..., V]

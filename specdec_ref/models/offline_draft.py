@@ -22,6 +22,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from ..kernels import PackedWeight, linear
+
 WEIGHTS_DIR = Path(__file__).parent / "weights" / "offline_draft"
 
 
@@ -40,8 +42,13 @@ class ReducedHead(nn.Module):
         self.sub_weight = nn.Parameter(embedding.detach()[keep_ids].clone(), requires_grad=False)
         self.bias = nn.Parameter(torch.zeros(keep_ids.shape[0], dtype=embedding.dtype, device=embedding.device))
 
+    packed: PackedWeight | None = None  # oneDNN's copy of sub_weight, after `prepack_weights` (kernels.py)
+
+    def prepack_weights(self) -> None:
+        self.packed = PackedWeight()
+
     def reduced_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # [..., d] -> [..., n]
-        return nn.functional.linear(hidden, self.sub_weight, self.bias)
+        return linear(hidden, self.sub_weight, self.bias, self.packed)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:  # [..., d] -> [..., V]
         out = hidden.new_full((*hidden.shape[:-1], self.weight.shape[0]), float("-inf"))  # [..., V]

@@ -150,12 +150,12 @@ def as_loop_step(fn: Callable) -> Callable:
         T, n = tokens.shape[0], new.shape[0] - tokens.shape[0] - 1
         assert 0 <= n <= gamma, f"one step adds between 1 and γ + 1 = {gamma + 1} tokens; yours added {n + 1}"
         assert torch.equal(new[:T], tokens), "the context (the first T tokens) must come back unchanged"
-        for name, lm in (("target", target_lm), ("draft", getattr(drafter, "lm", None))):
-            if isinstance(lm, CachedModel):
-                assert lm.n_cached <= new.shape[0] - 1, (
-                    f"after the step the {name}'s cache holds {lm.n_cached} tokens, but only {new.shape[0] - 1} "
-                    "of the new sequence's tokens can be in it (the newest is not cached yet). "
-                    f"Hint: roll it back with .rollback(new_tokens.shape[0] - 1).")
+        for name, n_cached, fix in (("target", target_lm.n_cached, "target_lm.rollback(new_tokens.shape[0] - 1)"),
+                                    ("draft", drafter.n_cached, "drafter.sync(new_tokens.shape[0] - 1, target_lm.hidden)")):
+            assert n_cached <= new.shape[0] - 1, (
+                f"after the step the {name}'s cache holds {n_cached} tokens, but only {new.shape[0] - 1} "
+                "of the new sequence's tokens can be in it (the newest is not cached yet). "
+                f"Hint: roll it back with {fix}.")
         if isinstance(out, tuple):
             return out
         return new, Step(context_len=T, draft_tokens=new[T:T + n], draft_probs=torch.empty(0),

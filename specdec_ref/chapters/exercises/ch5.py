@@ -70,7 +70,10 @@ def check_drafter(make_drafter: Callable[[int], Drafter], n: int = 1500, seed: i
     if not attempted(make_drafter, 8):
         return
     drafter = make_drafter(8)
-    assert isinstance(drafter, Drafter), "a drafter needs propose(context_ids, gamma, sampling, generator) and rollback(n)"
+    missing = [m for m in ("vocab_size", "default_gamma", "wants_target_hidden", "calls", "n_cached", "propose", "sync")
+               if not hasattr(drafter, m)]
+    assert not missing and isinstance(drafter, Drafter), (
+        f"a drafter implements the sd.Drafter protocol; yours lacks {', '.join(missing)}")
     drafted = _greedy_equal(make_drafter)
     assert drafted > 0, "your drafter never proposed a token on the toys (the contexts repeat: a bigram table finds them)"
     from ...models.toy import exact_sequence_distribution, tiny_pair
