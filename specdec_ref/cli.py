@@ -15,7 +15,8 @@ import torch
 
 from .lab import bench
 from .lab.diagnose import greedy_divergence
-from .generate import autoregressive_generate, speculative_generate
+from .generate import as_drafter, autoregressive_generate, speculative_generate
+from .kernels import kernel_path
 from .models import PAIRS, encode_chat, load_pair
 from .sampling import SamplingConfig
 
@@ -35,6 +36,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.set_defaults(tree=None)  # _load sets the draft's default tree, unless --gamma asks for a chain
 
 
 def _load(args):
@@ -47,10 +49,20 @@ def _load(args):
     for w in caught:
         if "PLACEHOLDER" in str(w.message):
             print(f"WARNING: {w.message}", file=sys.stderr)
-    args.gamma = args.gamma or getattr(draft, "default_gamma", 4)
+    drafter = as_drafter(draft)
+    args.tree = None if args.gamma else drafter.default_tree  # an explicit --gamma asks for a chain
+    args.gamma = args.gamma or drafter.default_gamma
     print(f"target {str(target.dtype).removeprefix('torch.')} on {next(target.parameters()).device}, "
-          f"draft: {type(draft).__name__}, γ = {args.gamma}", file=sys.stderr, flush=True)
+          f"draft: {type(drafter).__name__}, {method_name(args)}", file=sys.stderr, flush=True)
     return target, draft, tokenizer
+
+
+def method_name(args) -> str:
+    """The speculative method the run uses, in words."""
+    if args.tree is not None:
+        b = args.tree
+        return f"dynamic tree (EAGLE-2: depth {b.depth}, top-{b.topk}, {b.n_nodes} nodes)"
+    return f"chain of γ = {args.gamma}"
 
 
 def generate_main(args) -> None:
@@ -61,12 +73,13 @@ def generate_main(args) -> None:
     eos = tokenizer.eos_token_id
 
     def progress(step):
-        print(f"\r  speculative: {step.context_len + step.n_accepted + 1 - ids.shape[1]} tokens "
-              f"({step.n_accepted}/{step.draft_tokens.shape[0]} accepted this step)   ",
+        kept = len(step.path) if args.tree is not None else step.n_accepted
+        print(f"\r  speculative: {step.context_len + kept + 1 - ids.shape[1]} tokens ({kept} accepted this step)   ",
               end="", file=sys.stderr, flush=True)
 
     print("speculative decoding ...", file=sys.stderr, flush=True)
-    spec = speculative_generate(target, draft, ids, args.max_new_tokens, gamma=args.gamma, sampling=sampling,
+    method = dict(tree=args.tree) if args.tree is not None else dict(gamma=args.gamma)
+    spec = speculative_generate(target, draft, ids, args.max_new_tokens, **method, sampling=sampling,
                                 generator=torch.Generator(device).manual_seed(args.seed), eos_token_id=eos,
                                 on_step=progress)
     print("\nplain decoding (for comparison) ...", file=sys.stderr, flush=True)
@@ -75,9 +88,12 @@ def generate_main(args) -> None:
     print(tokenizer.decode(spec.tokens, skip_special_tokens=True))
     print("-" * 60)
     s = spec.stats
-    print(f"acceptance rate {s.acceptance_rate:.2f} ({sum(s.accepted)}/{sum(s.drafted)} drafted tokens accepted, "
-          f"γ={args.gamma}); per-token α = {s.alpha:.2f} (discarded tokens not counted)")
-    print(f"target forward passes: {s.target_calls} speculative vs {plain.stats.target_calls} plain")
+    print(f"method: {method_name(args)}; kernel path: {kernel_path(target)}")
+    print(f"τ = {spec.tokens.shape[0] / s.target_calls:.2f} tokens per target pass "
+          f"({s.target_calls} target passes speculative vs {plain.stats.target_calls} plain)")
+    if args.tree is None:
+        print(f"acceptance rate {s.acceptance_rate:.2f} ({sum(s.accepted)}/{sum(s.drafted)} drafted tokens accepted); "
+              f"per-token α = {s.alpha:.2f} (discarded tokens not counted)")
     print(f"speculative: {spec.tokens_per_second:.1f} tokens/s   plain: {plain.tokens_per_second:.1f} tokens/s   "
           f"speedup: {spec.tokens_per_second / plain.tokens_per_second:.2f}×")
     if sampling.greedy:
@@ -98,7 +114,7 @@ def bench_main(args) -> None:
         from .models import offline_draft
         hf_draft = offline_draft.load(target) if offline_draft.available() else None
     result = bench.run_bench(target, draft, tokenizer, prompts, args.max_new_tokens, args.gamma, sampling,
-                             args.seed, hf=not args.no_hf, hf_draft=hf_draft,
+                             args.seed, hf=not args.no_hf, hf_draft=hf_draft, tree=args.tree,
                              progress=lambda m: print(m, file=sys.stderr, flush=True))
     result["command"] = "python -m specdec_ref " + " ".join(sys.argv[1:])
     result["settings"]["pair"] = args.pair

@@ -52,6 +52,7 @@ class Drafter(Protocol):
 @runtime_checkable
 class TreeDrafter(Drafter, Protocol):
     """A drafter that can also grow a tree of guesses for one target pass (`tree.dynamic_tree_step`)."""
+    default_tree: object  # a tree.TreeBudget: speculative_generate grows trees of this size when gamma=None; or None
 
     def propose_tree(self, context_ids: torch.Tensor, budget, sampling: SamplingConfig,
                      max_depth: int | None = None):  # [T] -> (Tree, node_tokens [N+1])
@@ -90,7 +91,7 @@ class ModelDrafter:
         self.lm = CachedModel(model)
         self.vocab_size = vocab_size(model)
         self.confidence_stop = confidence_stop
-        self.default_gamma = 4
+        self.default_gamma, self.default_tree = 4, None  # a chain of 4 unless asked for a tree
         self.wants_target_hidden = False
 
     @property
@@ -154,7 +155,7 @@ class NgramDrafter:
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
         self.vocab_size, self.max_ngram, self.min_ngram = vocab_size, max_ngram, min_ngram
         self.calls, self.n_cached = 0, 0
-        self.default_gamma = 4
+        self.default_gamma, self.default_tree = 4, None  # a lookup has one guess per position: a chain
         self.wants_target_hidden = False
 
     def lookup(self, context_ids: torch.Tensor, gamma: int) -> torch.Tensor:  # [T] -> [≤γ]
@@ -218,6 +219,10 @@ class ScheduledDrafter:
         return self.drafter.wants_target_hidden
 
     @property
+    def default_tree(self):
+        return None  # the schedule adapts a chain's length: with gamma=None, speculative_generate runs a chain
+
+    @property
     def calls(self) -> int:
         return self.drafter.calls
 
@@ -255,10 +260,11 @@ class FeatureDrafter:
     (EAGLE's "stable" cache). Before the target has run at all there are no features, so the first
     iteration proposes nothing: it is the target's prefill.
     """
-    def __init__(self, head, default_gamma: int = 3, *, confidence_stop: float | None = None):
+    def __init__(self, head, default_gamma: int = 3, *, default_tree=None, confidence_stop: float | None = None):
         if confidence_stop is not None and not 0 <= confidence_stop <= 1:
             raise ValueError(f"confidence_stop must be a probability in [0, 1] (or None), got {confidence_stop}")
         self.head, self.default_gamma, self.confidence_stop = head, default_gamma, confidence_stop
+        self.default_tree = default_tree  # a TreeBudget: what speculative_generate runs when gamma is None
         self.vocab_size = head.vocab_size
         self.wants_target_hidden = True  # the loop keeps the target's final hidden states for this drafter
         self.cache, self.n_fed, self.features, self.calls = None, 0, None, 0
@@ -340,7 +346,7 @@ class FallbackDrafter:
     model draft that sat idle catches up on the tokens it missed the next time it is asked.
     """
 
-    def __init__(self, *drafters: Drafter):
+    def __init__(self, *drafters: Drafter, default_tree=None):
         if not drafters:
             raise ValueError("FallbackDrafter needs at least one drafter, e.g. FallbackDrafter(NgramDrafter(V), model)")
         self.drafters = [d if isinstance(d, Drafter) else ModelDrafter(d) for d in drafters]  # a bare HF model works
@@ -349,6 +355,7 @@ class FallbackDrafter:
             raise ValueError(f"the drafters' vocabularies differ ({sorted(sizes)}); they must share the target's")
         self.vocab_size = self.drafters[0].vocab_size
         self.default_gamma = self.drafters[0].default_gamma
+        self.default_tree = default_tree  # a TreeBudget, or None: a chain of default_gamma
         self.wants_target_hidden = any(d.wants_target_hidden for d in self.drafters)  # one feature drafter is enough
         self.used: list[int] = []  # index of the drafter that proposed, per iteration, over all runs
 

@@ -8,7 +8,7 @@ import torch
 
 from .cache import CachedModel, vocab_size
 from .device import seconds_since, start_timer
-from .drafters import Drafter, ModelDrafter
+from .drafters import Drafter, ModelDrafter, TreeDrafter
 from .sampling import SamplingConfig, logits_to_probs, sample
 from .verify import verify
 
@@ -20,6 +20,7 @@ class Stats:
     target_calls: int = 0  # target forward passes (prefill included)
     draft_calls: int = 0  # draft forward passes (or lookups, for a drafter that is not a model)
     seconds: float = 0.0  # wall time of the whole generation, device synchronised
+    tree: bool = False  # True for a tree loop: accepted counts path nodes, drafted counts tree nodes
 
     @property
     def acceptance_rate(self) -> float:
@@ -171,15 +172,25 @@ def check_speculative_inputs(target, drafter: Drafter, input_ids: torch.Tensor, 
 
 @torch.inference_mode()
 def speculative_generate(target, draft, input_ids: torch.Tensor, max_new_tokens: int, *, gamma: int | None = None,
-                         sampling: SamplingConfig = SamplingConfig(), generator: torch.Generator | None = None,
+                         tree=None, sampling: SamplingConfig = SamplingConfig(), generator: torch.Generator | None = None,
                          eos_token_id: int | None = None, on_step: Callable[[Step], None] | None = None,
                          ) -> Generation:  # [1, T] -> [n_new]
     """Draft cheaply, verify in one target pass, keep an exact prefix, repeat.
 
-    `draft` is a Hugging Face causal LM or any `Drafter`. gamma=None uses the drafter's recommended
-    `default_gamma`. `on_step` sees every iteration's `Step`.
+    `draft` is a Hugging Face causal LM or any `Drafter`. gamma drafts a chain of γ tokens per iteration;
+    tree=TreeBudget(...) grows an EAGLE-2 dynamic tree instead (`tree.tree_speculative_generate`). With
+    neither, the drafter's own default is used: its `default_tree` if it has one, else a chain of
+    `default_gamma`. `on_step` sees every iteration's `Step` (a `TreeStep` for trees).
     """
     drafter = as_drafter(draft)
+    if tree is None and gamma is None and isinstance(drafter, TreeDrafter):
+        tree = drafter.default_tree
+    if tree is not None:
+        if gamma is not None:
+            raise ValueError("give gamma (a chain) or tree (a dynamic tree), not both")
+        from .tree import dynamic_tree_generate  # tree.py builds on this module
+        return dynamic_tree_generate(target, drafter, input_ids, max_new_tokens, budget=tree, sampling=sampling,
+                                     generator=generator, eos_token_id=eos_token_id, on_step=on_step)
     gamma = drafter.default_gamma if gamma is None else gamma
     check_speculative_inputs(target, drafter, input_ids, max_new_tokens, gamma, sampling, generator)
     drafter.sync(0)  # a drafter object may be reused across calls: start from an empty cache

@@ -49,7 +49,8 @@ class PackedWeight:
     def get(self, weight: torch.Tensor) -> torch.Tensor | None:  # [out, in] -> packed, or None off the CPU
         if weight.device.type != "cpu" or (torch.is_grad_enabled() and weight.requires_grad):
             return None  # training, or another device: the caller takes the plain path
-        key = (weight.dtype, weight.data_ptr(), weight._version)
+        version = -1 if weight.is_inference() else weight._version  # inference tensors have no version counter
+        key = (weight.dtype, weight.data_ptr(), version)
         if key != self.key:
             try:
                 self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), self.batch_hint)

@@ -336,7 +336,7 @@ def tree_speculative_generate(target, draft, input_ids: torch.Tensor, max_new_to
     check_tree_inputs(target, draft, input_ids, max_new_tokens, tree, sampling, generator)
     t0 = start_timer(input_ids.device)
     target_lm, draft_lm = CachedModel(target), CachedModel(draft)
-    tokens, n_prompt, stats = input_ids[0].long(), input_ids.shape[1], Stats()
+    tokens, n_prompt, stats = input_ids[0].long(), input_ids.shape[1], Stats(tree=True)
     new, done = trim_new_tokens(tokens, n_prompt, max_new_tokens, eos_token_id)
     while not done:
         step_tree = tree.pruned(max_new_tokens - new.shape[0] - 1)  # never draft past max_new_tokens
@@ -428,7 +428,7 @@ def grow_tree(root_token: int, root_logits: torch.Tensor,
     g = GrowingTree([-1], [root_token], [0], [0.0])
 
     def add_children(nodes: list[int], logits: torch.Tensor) -> list[int]:  # [len(nodes), V] -> new node ids
-        logp = logits.float().log_softmax(-1)  # [n, V]
+        logp = logits.detach().float().log_softmax(-1)  # [n, V]
         top = logp.topk(budget.topk, dim=-1)  # [n, k]
         cand = torch.tensor([g.score[v] for v in nodes])[:, None] + top.values.cpu()  # [n, k] path scores
         keep = cand.flatten().topk(min(budget.topk, cand.numel())).indices.tolist()  # the k best children
@@ -494,6 +494,8 @@ def dynamic_tree_generate(target, draft, input_ids: torch.Tensor, max_new_tokens
                           sampling: SamplingConfig, generator: torch.Generator | None, eos_token_id: int | None,
                           on_step: Callable[[TreeStep], None] | None) -> Generation:  # [1, T] -> [n_new]
     """The loop of `tree_speculative_generate` for a TreeBudget: validate, then repeat `dynamic_tree_step`."""
+    if not isinstance(budget, TreeBudget):
+        raise ValueError(f"tree must be a specdec_ref.TreeBudget(depth, topk, n_nodes), got {budget!r}")
     drafter = as_drafter(draft)
     if not isinstance(drafter, TreeDrafter):
         raise ValueError(f"{type(drafter).__name__} cannot grow a tree (it has no propose_tree); "
@@ -502,7 +504,7 @@ def dynamic_tree_generate(target, draft, input_ids: torch.Tensor, max_new_tokens
     drafter.sync(0)
     t0 = start_timer(input_ids.device)
     target_lm = CachedModel(target, keep_hidden=drafter.wants_target_hidden)
-    tokens, n_prompt, stats = input_ids[0].long(), input_ids.shape[1], Stats()
+    tokens, n_prompt, stats = input_ids[0].long(), input_ids.shape[1], Stats(tree=True)
     new, done = trim_new_tokens(tokens, n_prompt, max_new_tokens, eos_token_id)
     while not done:
         room = max_new_tokens - new.shape[0] - 1  # never draft past max_new_tokens

@@ -225,3 +225,132 @@ def test_tree_helpers_describe_the_tree():
     assert tree.depths() == [0, 1, 1, 2, 2, 2, 2] and tree.children(2) == [5, 6]
     assert tree.pruned(1) == Tree((-1, 0, 0)) and Tree.chain(3) == Tree((-1, 0, 1, 2))
     assert tree.ancestry()[5].tolist() == [True, False, True, False, False, True, False]
+
+
+# --- dynamic trees (EAGLE-2): deterministic top-k children, recursive rejection with point-mass proposals ------
+
+def verify_deterministic_without_removal(tree, node_tokens, target_probs, generator=None):
+    """Bug: a rejected candidate keeps its mass, so the fallback sample can emit it again (too often)."""
+    path, node = [], 0
+    while True:
+        p = target_probs[node]
+        for child in tree.children(node):
+            u = torch.rand((), generator=generator, device=p.device, dtype=p.dtype)
+            if u < p[node_tokens[child]]:
+                break
+        else:
+            return path, sample(p, generator)
+        node = child
+        path.append(node)
+
+
+def verify_deterministic_with_draft_ratio(draft_row):
+    """Bug: SpecInfer's min(1, p/q) with the draft's q, as if the top-k children had been sampled from q."""
+    def verify_fn(tree, node_tokens, target_probs, generator=None):
+        draft_probs = torch.stack([draft_row] * target_probs.shape[0])  # [N+1, V]
+        return verify_tree(tree, node_tokens, draft_probs, target_probs, generator)
+    return verify_fn
+
+
+def _top_k_node_counts(verify_fn, k: int, n: int = 5000, seed: int = 0):
+    """Emitted first tokens of a depth-1 tree whose k children are the draft row's top k (deterministic)."""
+    g = torch.Generator().manual_seed(seed)
+    target_row = torch.tensor([0.05, 0.40, 0.30, 0.15, 0.10], dtype=torch.float64)
+    draft_row = torch.tensor([0.50, 0.10, 0.05, 0.05, 0.30], dtype=torch.float64)
+    tree = Tree.from_branching((k,))
+    target_probs = torch.stack([target_row] * (k + 1))  # [k+1, V]
+    node_tokens = torch.cat([torch.tensor([0]), draft_row.topk(k).indices])  # [k+1], the same every time
+    counts = Counter()
+    for _ in range(n):
+        path, next_token = verify_fn(tree, node_tokens, target_probs, g)
+        counts[int(node_tokens[path[0]]) if path else int(next_token)] += 1
+    return counts, probs_to_dict(target_row), draft_row
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+def test_point_mass_rule_emits_target_distribution_at_one_node(k):
+    counts, target, _ = _top_k_node_counts(tree_mod.verify_tree_deterministic, k)
+    result = chi_square_gof(counts, target)
+    assert not result.rejects(SIGNIFICANCE), f"k={k}: {result}"
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_chi_square_rejects_point_mass_rule_that_keeps_rejected_candidates(k):
+    counts, target, _ = _top_k_node_counts(verify_deterministic_without_removal, k)
+    assert chi_square_gof(counts, target).rejects(SIGNIFICANCE)
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_chi_square_rejects_specinfer_ratio_on_deterministic_candidates(k):
+    draft_row = _top_k_node_counts(tree_mod.verify_tree_deterministic, 1, n=1)[2]
+    counts, target, _ = _top_k_node_counts(verify_deterministic_with_draft_ratio(draft_row), k)
+    assert chi_square_gof(counts, target).rejects(SIGNIFICANCE)
+
+
+def dynamic_counts(target, draft, budget, sampling, seed=0) -> Counter:
+    g, ids = torch.Generator().manual_seed(seed), torch.tensor([PROMPT])
+    return Counter(tuple(tree_speculative_generate(target, draft, ids, N_TOKENS, tree=budget, sampling=sampling,
+                                                   generator=g).tokens.tolist()) for _ in range(N_SAMPLES))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("budget,sampling", [(sd.TreeBudget(depth=3, topk=2, n_nodes=5), T1),
+                                            (sd.TreeBudget(depth=4, topk=2, n_nodes=6), sd.SamplingConfig(0.7)),
+                                            (sd.TreeBudget(depth=2, topk=3, n_nodes=4),
+                                             sd.SamplingConfig(1.2, top_k=2, top_p=0.9))])
+def test_dynamic_tree_sequences_match_exact_target_distribution(pair3, budget, sampling):
+    """Depth >= 2, so whole accepted paths (and the rejection at depth 2) are exercised."""
+    target, draft = pair3
+    result = chi_square_gof(dynamic_counts(target, draft, budget, sampling),
+                            exact_sequence_distribution(target, PROMPT, N_TOKENS, sampling))
+    assert not result.rejects(SIGNIFICANCE), f"{budget} {sampling}: {result}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("broken", ["keeps rejected candidates", "SpecInfer ratio"])
+def test_chi_square_rejects_dynamic_tree_with_a_broken_rule(pair3, monkeypatch, broken):
+    target, draft = pair3
+    if broken == "keeps rejected candidates":
+        fn = verify_deterministic_without_removal
+    else:
+        def fn(tree, node_tokens, target_probs, generator=None):  # q: the draft's own distribution at each node
+            uniform = torch.full_like(target_probs, 1 / target_probs.shape[-1])
+            return verify_tree(tree, node_tokens, uniform, target_probs, generator)
+    monkeypatch.setattr(tree_mod, "verify_tree_deterministic", fn)
+    budget = sd.TreeBudget(depth=3, topk=2, n_nodes=5)
+    result = chi_square_gof(dynamic_counts(target, draft, budget, T1), exact_sequence_distribution(target, PROMPT, N_TOKENS))
+    assert result.rejects(SIGNIFICANCE), f"{broken}: {result}"
+
+
+@pytest.mark.parametrize("budget", [sd.TreeBudget(1, 1, 1), sd.TreeBudget(3, 2, 5), sd.TreeBudget(4, 3, 9)])
+def test_greedy_dynamic_tree_equals_greedy_target(budget):
+    target, draft = tiny_pair(vocab_size=8, seed=1, noise=0.3, hidden=32, n_layers=2)
+    ids = torch.tensor([[1, 2, 3]])
+    plain = sd.autoregressive_generate(target, ids, 30, sampling=GREEDY).tokens.tolist()
+    out = tree_speculative_generate(target, draft, ids, 30, tree=budget, sampling=GREEDY)
+    assert out.tokens.tolist() == plain
+    assert max(out.stats.accepted) >= 1
+
+
+def test_grow_tree_keeps_the_n_most_likely_paths():
+    """A root with logits favouring tokens 0 > 1 > 2; each expansion prefers its own token again."""
+    V = 4
+
+    def expand(g, nodes):
+        logits = torch.full((len(nodes), V), -4.0)
+        for r, v in enumerate(nodes):
+            logits[r, g.tokens[v]] = 2.0  # a node's best child repeats its token
+        return logits
+
+    root = torch.tensor([3.0, 2.0, 1.0, -5.0])
+    tree, tokens = tree_mod.grow_tree(3, root, expand, sd.TreeBudget(depth=3, topk=2, n_nodes=4))
+    assert tree.size == 4 and tokens[0] == 3
+    assert tree.depths() == sorted(tree.depths())  # breadth first
+    assert tokens[1:3] == [0, 1]  # the root's two best children
+    assert 3 in tree.depths()  # the confident 0 -> 0 -> 0 path reaches the full depth
+
+
+@pytest.mark.parametrize("bad", [dict(depth=0), dict(topk=0), dict(n_nodes=-1), dict(depth=1.5)])
+def test_bad_tree_budgets_are_refused(bad):
+    with pytest.raises(ValueError, match="TreeBudget"):
+        sd.TreeBudget(**bad)

@@ -6,6 +6,8 @@ ratios printed compare like with like on whatever else the machine is doing.
 """
 from __future__ import annotations
 
+import contextlib
+
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -15,7 +17,9 @@ import torch
 from ..models import encode_chat
 from ..cache import CachedModel
 from ..device import seconds_since, start_timer, time_fn
+from ..drafters import TreeDrafter
 from ..generate import Generation, Stats, as_drafter, autoregressive_generate, speculative_generate
+from ..tree import TreeBudget
 from ..sampling import SamplingConfig
 from .speedup import predicted_speedup
 from .timing import forward_latency
@@ -56,6 +60,15 @@ class Row:
             self.stats = self.stats or Stats()
             self.stats.accepted += out.stats.accepted
             self.stats.drafted += out.stats.drafted
+            self.stats.target_calls += out.stats.target_calls
+            self.tree = self.tree or out.stats.tree
+
+    tree: bool = False  # a tree row: its α is not a chain's per-token acceptance, so the table shows τ only
+
+    @property
+    def tau(self) -> float | None:
+        """τ: new tokens per target forward pass (prefill included), for the speculative rows."""
+        return None if self.stats is None or not self.stats.target_calls else self.tokens / self.stats.target_calls
 
     @property
     def tokens_per_second(self) -> float:
@@ -63,16 +76,16 @@ class Row:
 
     @property
     def alpha(self) -> float | None:
-        return None if self.stats is None else self.stats.alpha
+        return None if self.stats is None or self.tree else self.stats.alpha
 
     @property
     def acceptance_rate(self) -> float | None:
-        return None if self.stats is None else self.stats.acceptance_rate
+        return None if self.stats is None or self.tree else self.stats.acceptance_rate
 
     def as_dict(self, base_tokens_per_second: float) -> dict:
         return {"method": self.method, "tokens": self.tokens, "seconds": self.seconds,
                 "tokens_per_second": self.tokens_per_second, "alpha": self.alpha,
-                "acceptance_rate": self.acceptance_rate,
+                "acceptance_rate": self.acceptance_rate, "tau": self.tau,
                 "speedup_vs_plain": self.tokens_per_second / base_tokens_per_second}
 
 
@@ -101,6 +114,36 @@ def draft_step_seconds(target, draft, input_ids: torch.Tensor, repeats: int = 20
 def cost_ratio(target, draft, input_ids: torch.Tensor, repeats: int = 20) -> float:
     """c = one draft step / one cached target decode step, after a prompt of this length."""
     return draft_step_seconds(target, draft, input_ids, repeats) / decode_step_seconds(target, input_ids, repeats)
+
+
+@contextlib.contextmanager
+def forward_seconds(*modules: torch.nn.Module):
+    """Inside the block, count the calls of each module and the seconds spent in them (device synchronised).
+
+    Yields {"seconds": float, "calls": [int per module]}. Pass modules that never call each other (a model's
+    body and its LM head, say): the loop's overhead is then the block's wall time minus "seconds".
+    """
+    record, starts, handles = {"seconds": 0.0, "calls": [0] * len(modules)}, {}, []
+    device = next(modules[0].parameters()).device
+
+    def pre(i):
+        def hook(module, args, kwargs=None):
+            starts[i] = start_timer(device)
+        return hook
+
+    def post(i):
+        def hook(module, args, output):
+            record["seconds"] += seconds_since(starts.pop(i), device)
+            record["calls"][i] += 1
+        return hook
+
+    for i, m in enumerate(modules):
+        handles += [m.register_forward_pre_hook(pre(i)), m.register_forward_hook(post(i))]
+    try:
+        yield record
+    finally:
+        for h in handles:
+            h.remove()
 
 
 def run_interleaved(methods: dict[str, Callable], encoded: list[torch.Tensor], progress=print,
@@ -140,8 +183,10 @@ def hf_generate(target, ids, max_new_tokens, sampling, generator, *, keep: list 
 
 def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: int = 64, gamma: int = 4,
               sampling: SamplingConfig = SamplingConfig(temperature=0), seed: int = 0, hf: bool = True,
-              progress=print, hf_draft=None) -> dict:
+              progress=print, hf_draft=None, tree: TreeBudget | None = None) -> dict:
     """Run every method on every prompt (interleaved) and return the table as a dict (see `format_table`).
+
+    A drafter that can grow trees also gets a dynamic-tree row: `tree`, else its `default_tree`, else TreeBudget().
 
     The speedup column divides by the faster of our plain loop and Hugging Face's plain `generate`: a
     speedup over a slow baseline is not a speedup. `hf_draft` is the causal LM for Hugging Face's assisted
@@ -156,8 +201,13 @@ def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: i
     methods = {
         "plain (target only)": lambda ids: autoregressive_generate(target, ids, max_new_tokens, **opts),
         f"speculative, ours (γ={gamma})": lambda ids: speculative_generate(target, draft, ids, max_new_tokens,
-                                                                            gamma=gamma, **opts),
+                                                                            gamma=gamma, **opts),  # a chain
     }
+    drafter = as_drafter(draft)
+    if isinstance(drafter, TreeDrafter):
+        budget = tree or drafter.default_tree or TreeBudget()
+        methods[f"speculative, ours (dynamic tree {budget.depth}/{budget.topk}/{budget.n_nodes})"] = (
+            lambda ids: speculative_generate(target, drafter, ids, max_new_tokens, tree=budget, **opts))
     if hf:
         methods["HF generate, plain"] = lambda ids: hf_generate(target, ids, max_new_tokens, sampling, g)
     if hf and hf_draft is not None:  # Hugging Face assisted generation needs a causal LM as its draft
@@ -184,16 +234,17 @@ def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: i
 
 def format_table(result: dict) -> str:
     """A Markdown table of the benchmark, ending with the formula's prediction."""
-    lines = ["| method | tokens | seconds | tokens/s | speedup vs plain | accepted / drafted | α per token |",
-             "|---|---:|---:|---:|---:|---:|---:|"]  # speedup: over the faster plain row
+    lines = ["| method | tokens | seconds | tokens/s | speedup vs plain | τ per target pass | accepted / drafted | "
+             "α per token |", "|---|---:|---:|---:|---:|---:|---:|---:|"]  # speedup: over the faster plain row
     for r in result["rows"]:
         a = "" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.2f}"
         al = "" if r["alpha"] is None else f"{r['alpha']:.2f}"
+        tau = "" if r.get("tau") is None else f"{r['tau']:.2f}"
         lines.append(f"| {r['method']} | {r['tokens']} | {r['seconds']:.2f} | {r['tokens_per_second']:.1f} | "
-                     f"{r['speedup_vs_plain']:.2f}× | {a} | {al} |")
+                     f"{r['speedup_vs_plain']:.2f}× | {tau} | {a} | {al} |")
     s = result["settings"]
     lines.append(f"| predicted by (1-α^(γ+1))/((1-α)(γc+1)), α={result['alpha']:.2f}, c={result['cost_ratio_c']:.3f}, "
-                 f"γ={s['gamma']} | | | | {result['predicted_speedup']:.2f}× | | |")
+                 f"γ={s['gamma']} (chain) | | | | {result['predicted_speedup']:.2f}× | | | |")
     return "\n".join(lines)
 
 

@@ -12,17 +12,20 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
 from ..cache import CachedModel, vocab_size
 from ..device import synchronize
+from ..drafters import TreeDrafter
 from ..generate import Step, as_drafter, autoregressive_generate, speculative_generate
+from ..kernels import kernel_path
 from ..sampling import SamplingConfig
 from .bench import Row, draft_step_seconds, run_interleaved
 from .speedup import best_gamma, predicted_speedup, speedup_by_gamma
 from .timing import latency_curve
+from ..tree import TreeBudget
 
 BLAME = {  # the factor that keeps speculation from paying off -> what to tell the reader
     "alpha": "α is too low: the draft agrees with the target too rarely (a better-aligned or distilled draft)",
@@ -44,6 +47,12 @@ class Measurements:
     overhead: float  # loop time per iteration beyond the model passes, in target steps
     alpha_per_position: list[float] = field(default_factory=list)  # acceptance at draft position 1, 2, ...
     step_seconds: float = float("nan")  # t(1): one cached target step, seconds
+    kernel_path: str = ""  # which matrix kernel the target's linear layers use (kernels.kernel_path)
+
+    @property
+    def overhead_ms(self) -> float:
+        """The loop overhead o per iteration in milliseconds (overhead is in units of t(1))."""
+        return self.overhead * self.step_seconds * 1e3
 
     @property
     def gamma_max(self) -> int:
@@ -109,11 +118,15 @@ def timed_steps(target, drafter, ids: torch.Tensor, max_new_tokens: int, gamma: 
 
 class NoDraft:
     """A drafter that proposes nothing: each iteration is one plain target step, timed by the same loop."""
+    default_gamma, wants_target_hidden, calls, n_cached = 1, False, 0, 0
+
+    def __init__(self, vocab_size: int):
+        self.vocab_size = vocab_size
 
     def propose(self, context_ids, gamma, sampling, generator=None):  # [T] -> ([0], [0, V])
-        return context_ids[:0], torch.empty(0, 0, device=context_ids.device)
+        return context_ids[:0], torch.empty(0, self.vocab_size, device=context_ids.device)
 
-    def rollback(self, n_tokens: int) -> None:
+    def sync(self, n_kept: int, target_hidden: torch.Tensor | None = None) -> None:
         pass
 
 
@@ -151,7 +164,7 @@ def measure(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, c
     g = torch.Generator(device=encoded[0].device).manual_seed(seed)
     steps, overheads = [], []
     def plain_step(ids) -> float:  # seconds per step of the loop with an empty draft, prefill excluded
-        dts = [dt for _, dt in timed_steps(target, NoDraft(), ids, max_new_tokens, 1, sampling, g, eos_token_id)]
+        dts = [dt for _, dt in timed_steps(target, NoDraft(vocab_size(target)), ids, max_new_tokens, 1, sampling, g, eos_token_id)]
         return statistics.median(dts[1:] or dts)
 
     for ids in encoded:  # plain, speculative, plain: the two plain runs bracket the one they are the unit of
@@ -167,12 +180,13 @@ def measure(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, c
     return Measurements(alpha=sum(acc) / sum(exam) if sum(exam) else float("nan"), c=c, verify_cost=verify_cost,
                         overhead=statistics.median(overheads) if overheads else 0.0,  # median: robust to load bursts
                         alpha_per_position=[a / e if e else float("nan") for a, e in zip(acc, exam)],
-                        step_seconds=t1)
+                        step_seconds=t1, kernel_path=kernel_path(target))
 
 
 def measure_speedups(target, drafters: dict, encoded: list[torch.Tensor], max_new_tokens: int,
                      sampling: SamplingConfig, seed: int = 0, eos_token_id=None, progress=None) -> dict[str, Row]:
-    """Plain decoding and each named (drafter, γ), interleaved prompt by prompt; rows of tokens and seconds.
+    """Plain decoding and each named (drafter, γ or {"gamma": γ} or {"tree": TreeBudget}), interleaved prompt by
+    prompt; rows of tokens and seconds.
 
     Read a speedup as rows[name].tokens_per_second / rows["plain"].tokens_per_second.
     """
@@ -181,9 +195,10 @@ def measure_speedups(target, drafters: dict, encoded: list[torch.Tensor], max_ne
 
     def methods(n: int) -> dict:  # every method, generating n new tokens
         runs = {"plain": lambda ids: autoregressive_generate(target, ids, n, **opts)}
-        for name, (drafter, gamma) in drafters.items():
-            runs[name] = (lambda d, gm: lambda ids: speculative_generate(target, d, ids, n, gamma=gm, **opts)
-                          )(drafter, gamma)
+        for name, (drafter, how) in drafters.items():
+            how = how if isinstance(how, dict) else dict(gamma=how)
+            runs[name] = (lambda d, hw: lambda ids: speculative_generate(target, d, ids, n, **hw, **opts)
+                          )(drafter, how)
         return runs
 
     for run in methods(4).values():  # a short warm-up: first calls allocate and load kernels
@@ -191,40 +206,103 @@ def measure_speedups(target, drafters: dict, encoded: list[torch.Tensor], max_ne
     return run_interleaved(methods(max_new_tokens), encoded, progress or (lambda _: None), warmup=False)
 
 
+TREE_BUDGETS = (TreeBudget(2, 2, 4), TreeBudget(3, 3, 8), TreeBudget(4, 4, 12), TreeBudget(5, 4, 16))
+
+
+def method_taus(target, drafter, encoded: list[torch.Tensor], methods: dict, max_new_tokens: int,
+                sampling: SamplingConfig, seed: int = 0, eos_token_id=None) -> dict[str, float]:
+    """τ, new tokens per target pass after the prefill, of each method {name: dict(gamma=..) or dict(tree=..)}."""
+    taus = {}
+    for name, how in methods.items():
+        g = torch.Generator(device=encoded[0].device).manual_seed(seed)
+        tokens = passes = 0
+        for ids in encoded:
+            out = speculative_generate(target, drafter, ids, max_new_tokens, **how, sampling=sampling, generator=g,
+                                       eos_token_id=eos_token_id)
+            tokens, passes = tokens + out.tokens.shape[0] - 1, passes + out.stats.target_calls - 1  # drop the prefill
+        taus[name] = tokens / passes if passes else float("nan")
+    return taus
+
+
+def predicted_from_tau(tau: float, verify_rows: int, draft_passes: int, m: Measurements) -> float:
+    """Speedup of a method that keeps τ tokens per iteration: τ / (t(rows)/t(1) + passes·c + overhead).
+
+    For a tree, rows = N + 1 and passes = its depth; a draft pass over several tree nodes is priced as one
+    one-token draft step (the draft is small: its passes are launch- and bandwidth-bound, not row-bound).
+    """
+    return tau / (m.verify_cost[verify_rows - 1] + draft_passes * m.c + m.overhead)
+
+
+def choose_method(taus: dict[str, float], methods: dict, m: Measurements) -> tuple[str, dict[str, float]]:
+    """The method with the highest predicted speedup from measured τ and this machine's costs -> (name, all)."""
+    predicted = {}
+    for name, how in methods.items():
+        if "tree" in how:
+            b = how["tree"]
+            predicted[name] = predicted_from_tau(taus[name], b.n_nodes + 1, b.depth, m)
+        else:
+            predicted[name] = predicted_from_tau(taus[name], how["gamma"] + 1, how["gamma"], m)
+    return max(predicted, key=predicted.get), predicted
+
+
 def diagnose(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, max_new_tokens: int = 64,
              sampling: SamplingConfig = SamplingConfig(temperature=0), seed: int = 0, eos_token_id=None,
-             progress=None) -> dict:
-    """Measure, predict the speedup for γ = 1..γ_max, measure it at the recommended γ; everything as a dict."""
+             trees: tuple[TreeBudget, ...] = TREE_BUDGETS, progress=None) -> dict:
+    """Measure, predict the speedup of chains (γ = 1..γ_max) and dynamic trees, measure the best; as a dict.
+
+    The chains are predicted twice: from α by the generalised formula, and from their measured τ like the
+    trees, so that every method is ranked on the same footing. Trees need a drafter that can grow them.
+    """
     say = progress or (lambda _: None)
+    drafter = as_drafter(draft)
+    trees = trees if isinstance(drafter, TreeDrafter) else ()
+    k_max = max([gamma_max + 1] + [b.n_nodes + 1 for b in trees])
     say("measuring t(k), c, α and the loop overhead ...")
-    m = measure(target, draft, encoded, gamma_max=gamma_max, max_new_tokens=max_new_tokens, sampling=sampling,
+    m = measure(target, draft, encoded, gamma_max=k_max - 1, max_new_tokens=max_new_tokens, sampling=sampling,
                 seed=seed, eos_token_id=eos_token_id)
-    v = verdict(m)
-    say(f"measuring the real speedup at γ = {v.best_gamma} ...")
-    rows = measure_speedups(target, {"speculative": (as_drafter(draft), v.best_gamma)}, encoded, max_new_tokens,
-                            sampling, seed, eos_token_id, say)
-    return {**asdict(m), "best_gamma": v.best_gamma, "predicted_speedup": v.predicted_speedup,
-            "measured_speedup": rows["speculative"].tokens_per_second / rows["plain"].tokens_per_second,
+    v = verdict(replace(m, verify_cost=m.verify_cost[:gamma_max + 1]))
+    methods = {f"chain γ={g}": dict(gamma=g) for g in range(1, gamma_max + 1)}
+    methods.update({f"tree {b.depth}/{b.topk}/{b.n_nodes}": dict(tree=b) for b in trees})
+    say("measuring τ of every chain and tree ...")
+    taus = method_taus(target, drafter, encoded, methods, max_new_tokens, sampling, seed, eos_token_id)
+    best, predicted = choose_method(taus, methods, m)
+    say(f"measuring the real speedup at γ = {v.best_gamma} and of {best} ...")
+    runs = {"speculative": (drafter, dict(gamma=v.best_gamma)), "best method": (drafter, methods[best])}
+    rows = measure_speedups(target, runs, encoded, max_new_tokens, sampling, seed, eos_token_id, say)
+    plain = rows["plain"].tokens_per_second
+    return {**asdict(m), "verify_cost": m.verify_cost, "overhead_ms": m.overhead_ms, "best_gamma": v.best_gamma,
+            "predicted_speedup": v.predicted_speedup,
+            "measured_speedup": rows["speculative"].tokens_per_second / plain,
             "measured_alpha": rows["speculative"].alpha,
             "pays_off": v.pays_off, "blame": v.blame, "verdict": v.message,
             "predicted_by_gamma": speedup_by_gamma(m.alpha, m.c, m.verify_cost, m.overhead, gamma_max),
             "textbook_by_gamma": {g: predicted_speedup(m.alpha, g, m.c) for g in range(1, gamma_max + 1)},
+            "tau_by_method": taus, "predicted_by_method": predicted, "best_method": best,
+            "best_method_measured_speedup": rows["best method"].tokens_per_second / plain,
             "settings": {"prompts": len(encoded), "max_new_tokens": max_new_tokens, "gamma_max": gamma_max,
-                         "sampling": asdict(sampling), "seed": seed, "device": str(encoded[0].device),
-                         "torch_threads": torch.get_num_threads()}}
+                         "trees": [asdict(b) for b in trees], "sampling": asdict(sampling), "seed": seed,
+                         "device": str(encoded[0].device), "torch_threads": torch.get_num_threads()}}
 
 
 def format_report(result: dict) -> str:
     """The diagnosis as a few lines of plain text."""
-    lines = [f"α = {result['alpha']:.3f} per token; by draft position: "
+    lines = [f"kernel path: {result['kernel_path']}",
+             f"α = {result['alpha']:.3f} per token; by draft position: "
              + ", ".join(f"{a:.2f}" for a in result["alpha_per_position"]),
              f"c = {result['c']:.3f} (draft step / target step; t(1) = {result['step_seconds'] * 1e3:.1f} ms)",
              "t(k)/t(1), k = 1..: " + ", ".join(f"{x:.2f}" for x in result["verify_cost"]),
-             f"overhead = {result['overhead']:.3f} target steps per iteration",
+             f"loop overhead o = {result['overhead_ms']:.1f} ms per iteration = {result['overhead']:.3f} t(1)",
              "predicted speedup by γ: " + ", ".join(f"{g}: {s:.2f}×" for g, s in result["predicted_by_gamma"].items()),
              f"measured at γ = {result['best_gamma']}: {result['measured_speedup']:.2f}× "
-             f"(predicted {result['predicted_speedup']:.2f}×)",
-             "", result["verdict"]]
+             f"(predicted {result['predicted_speedup']:.2f}×)"]
+    if result.get("tau_by_method"):
+        lines.append("τ and predicted speedup by method: " + ", ".join(
+            f"{name}: τ {tau:.2f}, {result['predicted_by_method'][name]:.2f}×"
+            for name, tau in result["tau_by_method"].items()))
+        lines.append(f"best method by prediction: {result['best_method']}, measured "
+                     f"{result['best_method_measured_speedup']:.2f}× "
+                     f"(predicted {result['predicted_by_method'][result['best_method']]:.2f}×)")
+    lines += ["", result["verdict"]]
     return "\n".join(lines)
 
 

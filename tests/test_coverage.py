@@ -1,0 +1,32 @@
+"""Coverage@k per depth: monotone in k, a path rate never above its depth's rate, and an exact head covers all."""
+import pytest
+import torch
+
+from specdec_ref.lab.coverage import coverage_by_depth, greedy_answers
+from specdec_ref.models.feature_draft import FeatureHead
+from specdec_ref.models.toy import tiny_llama
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_llama(8, seed=0, hidden=32, n_layers=2, max_positions=128)
+
+
+def test_coverage_is_monotone_in_k_and_paths_never_exceed_depths(target):
+    torch.manual_seed(0)
+    head = FeatureHead(target).eval()
+    seqs = greedy_answers(target, [torch.tensor([[1, 2, 3]]), torch.tensor([[4, 5]])], 20)
+    cov = coverage_by_depth(target, head, seqs, depth=3, ks=(1, 2, 4, 8))
+    assert cov.positions == sum(s.shape[0] - max(n, 2) for s, n in seqs)
+    for d in range(3):
+        values = [cov.by_depth[d][k] for k in cov.ks]
+        assert values == sorted(values) and values[-1] == 1.0  # top-8 of 8 tokens covers everything
+        assert all(cov.path[d][k] <= cov.by_depth[d][k] + 1e-12 for k in cov.ks)
+        if d:
+            assert all(cov.path[d][k] <= cov.path[d - 1][k] + 1e-12 for k in cov.ks)
+    assert "depth" in cov.table()
+
+
+def test_bad_arguments_are_refused(target):
+    with pytest.raises(ValueError, match="depth"):
+        coverage_by_depth(target, FeatureHead(target), [], depth=0)
