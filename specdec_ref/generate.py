@@ -6,7 +6,7 @@ from typing import Callable
 
 import torch
 
-from .cache import CachedModel, vocab_size
+from .cache import CachedModel, cached_model, vocab_size
 from .device import seconds_since, start_timer
 from .drafters import Drafter, ModelDrafter, TreeDrafter
 from .sampling import SamplingConfig, logits_to_probs, sample
@@ -112,12 +112,13 @@ def trim_new_tokens(tokens: torch.Tensor, n_prompt: int, max_new_tokens: int, eo
 @torch.inference_mode()
 def autoregressive_generate(model, input_ids: torch.Tensor, max_new_tokens: int, *,
                             sampling: SamplingConfig = SamplingConfig(), generator: torch.Generator | None = None,
-                            eos_token_id: int | None = None) -> Generation:  # [1, T] -> [n_new]
-    """The baseline: one target forward pass per new token."""
+                            eos_token_id: int | None = None, cache: str = "dynamic") -> Generation:  # [1, T] -> [n_new]
+    """The baseline: one target forward pass per new token. cache: see `cache.cached_model`."""
     check_inputs(model, input_ids, max_new_tokens, sampling, "model")
     check_generator(generator, input_ids.device)
     t0 = start_timer(input_ids.device)
-    lm, tokens, n_prompt = CachedModel(model), input_ids[0].long(), input_ids.shape[1]
+    lm = cached_model(model, cache=cache, max_len=input_ids.shape[1] + max_new_tokens)
+    tokens, n_prompt = input_ids[0].long(), input_ids.shape[1]
     new, done = trim_new_tokens(tokens, n_prompt, max_new_tokens, eos_token_id)
     while not done:
         probs = logits_to_probs(lm.logits(tokens, keep=1)[0], sampling)  # [V]
@@ -174,13 +175,15 @@ def check_speculative_inputs(target, drafter: Drafter, input_ids: torch.Tensor, 
 def speculative_generate(target, draft, input_ids: torch.Tensor, max_new_tokens: int, *, gamma: int | None = None,
                          tree=None, sampling: SamplingConfig = SamplingConfig(), generator: torch.Generator | None = None,
                          eos_token_id: int | None = None, on_step: Callable[[Step], None] | None = None,
-                         ) -> Generation:  # [1, T] -> [n_new]
+                         cache: str = "dynamic") -> Generation:  # [1, T] -> [n_new]
     """Draft cheaply, verify in one target pass, keep an exact prefix, repeat.
 
     `draft` is a Hugging Face causal LM or any `Drafter`. gamma drafts a chain of γ tokens per iteration;
     tree=TreeBudget(...) grows an EAGLE-2 dynamic tree instead (`tree.tree_speculative_generate`). With
     neither, the drafter's own default is used: its `default_tree` if it has one, else a chain of
-    `default_gamma`. `on_step` sees every iteration's `Step` (a `TreeStep` for trees).
+    `default_gamma`. `on_step` sees every iteration's `Step` (a `TreeStep` for trees). cache chooses the
+    target's KV cache: "dynamic", "static" (preallocated) or "compiled" (static + CUDA graphs), see
+    `cache.cached_model`; the loop is the same for all three.
     """
     drafter = as_drafter(draft)
     if tree is None and gamma is None and isinstance(drafter, TreeDrafter):
@@ -190,12 +193,13 @@ def speculative_generate(target, draft, input_ids: torch.Tensor, max_new_tokens:
             raise ValueError("give gamma (a chain) or tree (a dynamic tree), not both")
         from .tree import dynamic_tree_generate  # tree.py builds on this module
         return dynamic_tree_generate(target, drafter, input_ids, max_new_tokens, budget=tree, sampling=sampling,
-                                     generator=generator, eos_token_id=eos_token_id, on_step=on_step)
+                                     generator=generator, eos_token_id=eos_token_id, on_step=on_step, cache=cache)
     gamma = drafter.default_gamma if gamma is None else gamma
     check_speculative_inputs(target, drafter, input_ids, max_new_tokens, gamma, sampling, generator)
     drafter.sync(0)  # a drafter object may be reused across calls: start from an empty cache
     t0 = start_timer(input_ids.device)
-    target_lm = CachedModel(target, keep_hidden=drafter.wants_target_hidden)
+    target_lm = cached_model(target, keep_hidden=drafter.wants_target_hidden, cache=cache,
+                             max_len=input_ids.shape[1] + max_new_tokens + gamma + 1)
     tokens, n_prompt, stats = input_ids[0].long(), input_ids.shape[1], Stats()
     new, done = trim_new_tokens(tokens, n_prompt, max_new_tokens, eos_token_id)
     while not done:

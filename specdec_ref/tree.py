@@ -33,7 +33,7 @@ from typing import Callable
 
 import torch
 
-from .cache import CachedModel, cache_kwargs, check_cache_length, vocab_size
+from .cache import CachedModel, cache_kwargs, cached_model, check_cache_length, vocab_size
 from .device import seconds_since, start_timer
 from .drafters import ModelDrafter, TreeDrafter
 from .generate import (Generation, Stats, as_drafter, check_generator, check_inputs, check_speculative_inputs,
@@ -492,7 +492,8 @@ def dynamic_tree_step(target_lm: CachedModel, drafter: TreeDrafter, tokens: torc
 
 def dynamic_tree_generate(target, draft, input_ids: torch.Tensor, max_new_tokens: int, *, budget: TreeBudget,
                           sampling: SamplingConfig, generator: torch.Generator | None, eos_token_id: int | None,
-                          on_step: Callable[[TreeStep], None] | None) -> Generation:  # [1, T] -> [n_new]
+                          on_step: Callable[[TreeStep], None] | None,
+                          cache: str = "dynamic") -> Generation:  # [1, T] -> [n_new]
     """The loop of `tree_speculative_generate` for a TreeBudget: validate, then repeat `dynamic_tree_step`."""
     if not isinstance(budget, TreeBudget):
         raise ValueError(f"tree must be a specdec_ref.TreeBudget(depth, topk, n_nodes), got {budget!r}")
@@ -503,7 +504,8 @@ def dynamic_tree_generate(target, draft, input_ids: torch.Tensor, max_new_tokens
     check_speculative_inputs(target, drafter, input_ids, max_new_tokens, 1, sampling, generator)
     drafter.sync(0)
     t0 = start_timer(input_ids.device)
-    target_lm = CachedModel(target, keep_hidden=drafter.wants_target_hidden)
+    target_lm = cached_model(target, keep_hidden=drafter.wants_target_hidden, cache=cache,
+                             max_len=input_ids.shape[1] + max_new_tokens + budget.n_nodes + 1)
     tokens, n_prompt, stats = input_ids[0].long(), input_ids.shape[1], Stats(tree=True)
     new, done = trim_new_tokens(tokens, n_prompt, max_new_tokens, eos_token_id)
     while not done:

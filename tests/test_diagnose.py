@@ -52,9 +52,14 @@ def test_cli_diagnose_prints_a_verdict_and_writes_every_json_key(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "γ =" in out.stdout and ("Use γ" in out.stdout or "will not pay off" in out.stdout)
     result = json.loads(path.read_text())
-    for key in ("alpha", "c", "verify_cost", "overhead", "best_gamma", "predicted_speedup", "measured_speedup"):
+    for key in ("alpha", "c", "verify_cost", "overhead", "overhead_ms", "best_gamma", "predicted_speedup",
+                "measured_speedup", "kernel_path", "tau_by_method", "predicted_by_method", "best_method",
+                "best_method_measured_speedup"):
         assert key in result
-    assert len(result["verify_cost"]) == 3 and result["verify_cost"][0] == 1.0
+    largest_tree = max(t["n_nodes"] for t in result["settings"]["trees"]) if result["settings"]["trees"] else 0
+    assert len(result["verify_cost"]) == max(3, largest_tree + 1) and result["verify_cost"][0] == 1.0
+    assert set(result["tau_by_method"]) == set(result["predicted_by_method"]) >= {"chain γ=1", "chain γ=2"}
+    assert "kernel path:" in out.stdout and "best method by prediction" in out.stdout
 
 
 # --- greedy outputs that differ: near-tie or bug ------------------------------------------------
@@ -86,3 +91,32 @@ def test_an_exact_tie_is_called_a_near_tie():
     tied[0] = other
     split = greedy_divergence(target, ids, plain, tied)
     assert split.position == 0 and split.gap == 0 and split.near_tie and "near-tie" in str(split)
+
+
+# --- choosing between chains and dynamic trees -----------------------------------------------------
+
+def _methods():
+    return {"chain γ=2": dict(gamma=2), "tree 3/3/8": dict(tree=sd.TreeBudget(3, 3, 8))}
+
+
+def test_choose_method_prefers_the_tree_when_rows_are_free():
+    from specdec_ref.lab.diagnose import choose_method
+    flat = Measurements(alpha=0.3, c=0.05, verify_cost=linear_verify_costs(0.0, 16), overhead=0.05)
+    best, predicted = choose_method({"chain γ=2": 1.4, "tree 3/3/8": 1.8}, _methods(), flat)
+    assert best == "tree 3/3/8" and predicted["tree 3/3/8"] == pytest.approx(1.8 / (1 + 3 * 0.05 + 0.05))
+
+
+def test_choose_method_prefers_the_chain_when_rows_are_dear():
+    from specdec_ref.lab.diagnose import choose_method
+    steep = Measurements(alpha=0.3, c=0.05, verify_cost=linear_verify_costs(0.2, 16), overhead=0.05)
+    best, predicted = choose_method({"chain γ=2": 1.4, "tree 3/3/8": 1.8}, _methods(), steep)
+    assert best == "chain γ=2" and predicted["chain γ=2"] > predicted["tree 3/3/8"]
+
+
+def test_method_taus_counts_tokens_per_target_pass_after_the_prefill():
+    from specdec_ref.lab.diagnose import method_taus
+    from specdec_ref.models.toy import tiny_pair
+    target, draft = tiny_pair(vocab_size=8, seed=0, noise=0.0, hidden=32)  # draft == target: all accepted
+    taus = method_taus(target, draft, [torch.tensor([[1, 2, 3]])], {"chain γ=3": dict(gamma=3)}, 16,
+                       sd.SamplingConfig(0))
+    assert taus["chain γ=3"] == pytest.approx(4.0)  # every pass keeps γ + 1 tokens

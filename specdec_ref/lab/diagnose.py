@@ -211,7 +211,8 @@ TREE_BUDGETS = (TreeBudget(2, 2, 4), TreeBudget(3, 3, 8), TreeBudget(4, 4, 12), 
 
 def method_taus(target, drafter, encoded: list[torch.Tensor], methods: dict, max_new_tokens: int,
                 sampling: SamplingConfig, seed: int = 0, eos_token_id=None) -> dict[str, float]:
-    """τ, new tokens per target pass after the prefill, of each method {name: dict(gamma=..) or dict(tree=..)}."""
+    """τ, new tokens per target pass (the prefill's pass included), of each method {name: dict(gamma=..) or
+    dict(tree=..)}. A feature drafter's first pass drafts nothing (it is the prefill), a model draft's does."""
     taus = {}
     for name, how in methods.items():
         g = torch.Generator(device=encoded[0].device).manual_seed(seed)
@@ -219,7 +220,7 @@ def method_taus(target, drafter, encoded: list[torch.Tensor], methods: dict, max
         for ids in encoded:
             out = speculative_generate(target, drafter, ids, max_new_tokens, **how, sampling=sampling, generator=g,
                                        eos_token_id=eos_token_id)
-            tokens, passes = tokens + out.tokens.shape[0] - 1, passes + out.stats.target_calls - 1  # drop the prefill
+            tokens, passes = tokens + out.tokens.shape[0], passes + out.stats.target_calls
         taus[name] = tokens / passes if passes else float("nan")
     return taus
 
