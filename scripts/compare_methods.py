@@ -8,6 +8,8 @@
    against Hugging Face assisted generation, both with the distilled LM draft at a constant γ = 3.
 3. Tokens per target pass (τ) and speedup for chains and dynamic trees, greedy and T = 1, on held-out chat
    prompts, against the faster of our plain loop and Hugging Face `generate()`.
+4. The shipped feature head's coverage@k per depth (`lab.coverage`) along the target's greedy answers to ten
+   other held-out prompts.
 """
 import copy
 import json
@@ -99,6 +101,13 @@ for sname, sampling in (("greedy", sd.SamplingConfig(0)), ("T=1", sd.SamplingCon
         print(f"{sname:6s} {k:34s} {r.tokens_per_second:6.1f} tok/s  {r.tokens_per_second / base:.2f}x  "
               f"tau={'' if tau is None else f'{tau:.2f}'}", flush=True)
     res[sname] = table
+# 4. coverage@k per depth of the feature head
+from specdec_ref.lab.coverage import coverage_by_depth, greedy_answers
+seqs = greedy_answers(target, [sd.encode_chat(tok, p) for p in HELD_OUT[:10]], 64, tok.eos_token_id)
+cov = coverage_by_depth(target, head, seqs, depth=4, ks=(1, 2, 4, 8))
+print(f"coverage@k per depth, {cov.positions} positions:")
+print(cov.table())
+res["coverage"] = {"by_depth": cov.by_depth, "path": cov.path, "positions": cov.positions}
 Path("runs").mkdir(exist_ok=True)
 json.dump(res, open("runs/methods.json", "w"), indent=1)
 print("written to runs/methods.json")

@@ -11,10 +11,13 @@ Nothing changes on other devices, and `SPECDEC_PREPACK=0` (or `prepack=False` in
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
 from torch import nn
+
+_plain = False  # True inside `plain_path()`: every PrepackedLinear takes F.linear
 
 
 def prepack_available(device: torch.device | str = "cpu") -> bool:
@@ -47,8 +50,8 @@ class PackedWeight:
 
     @torch.no_grad()
     def get(self, weight: torch.Tensor) -> torch.Tensor | None:  # [out, in] -> packed, or None off the CPU
-        if weight.device.type != "cpu" or (torch.is_grad_enabled() and weight.requires_grad):
-            return None  # training, or another device: the caller takes the plain path
+        if _plain or weight.device.type != "cpu" or (torch.is_grad_enabled() and weight.requires_grad):
+            return None  # plain_path(), training, or another device: the caller takes the plain path
         version = -1 if weight.is_inference() else weight._version  # inference tensors have no version counter
         key = (weight.dtype, weight.data_ptr(), version)
         if key != self.key:
@@ -86,6 +89,18 @@ class PrepackedLinear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, prepacked for oneDNN"
+
+
+@contextlib.contextmanager
+def plain_path():
+    """Inside the block, prepacked layers compute through F.linear on their own weights (the same numbers):
+    for code that watches which weight tensors a pass touches (`lab.timing.weights_used`)."""
+    global _plain
+    before, _plain = _plain, True
+    try:
+        yield
+    finally:
+        _plain = before
 
 
 def prepack_for_cpu(model: nn.Module, enabled: bool | None = None) -> nn.Module:

@@ -24,3 +24,10 @@ def test_tree_vs_chain_verdict_follows_the_numbers():
 def test_overhead_verdict_follows_the_numbers():
     assert "at most" in overhead_verdict(5.0, 7.0)
     assert "more than" in overhead_verdict(9.0, 7.0)
+
+
+def test_adaptive_verdict_follows_the_numbers():
+    from specdec_ref.chapters.verdicts import adaptive_verdict
+    assert "beat the best fixed" in adaptive_verdict(1.0, {"confidence stop": 1.2, "schedule": 0.9})
+    assert "no adaptive rule beat" in adaptive_verdict(1.2, {"confidence stop": 1.0, "schedule": 0.9})
+    assert "level" in adaptive_verdict(1.0, {"confidence stop": 1.01})

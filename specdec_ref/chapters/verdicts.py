@@ -38,3 +38,13 @@ def overhead_verdict(ours_ms: float, hf_ms: float) -> str:
         return f"our loop spends {ours_ms:.1f} ms per target pass outside the models, at most Hugging Face's {hf_ms:.1f} ms"
     return (f"our loop spends {ours_ms:.1f} ms per target pass outside the models, more than Hugging Face's "
             f"{hf_ms:.1f} ms")
+
+
+def adaptive_verdict(best_fixed: float, adaptive: Mapping[str, float], margin: float = 0.03) -> str:
+    """Chapter 4: did any adaptive draft length beat the best fixed γ on this run? Speedups over plain decoding."""
+    name, best = max(adaptive.items(), key=lambda kv: kv[1])
+    if best > best_fixed * (1 + margin):
+        return f"here the {name} beat the best fixed γ, {best:.2f}× against {best_fixed:.2f}×"
+    if best < best_fixed * (1 - margin):
+        return f"here no adaptive rule beat the best fixed γ: the best, the {name}, gave {best:.2f}× against {best_fixed:.2f}×"
+    return f"here the {name} and the best fixed γ are level, {best:.2f}× against {best_fixed:.2f}×"

@@ -24,6 +24,7 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from ..cache import cache_kwargs
 from ..device import Rate, Timing, default_device, time_fn
+from ..kernels import plain_path
 
 
 # ---------------------------------------------------------------------------------------------
@@ -124,7 +125,7 @@ def weights_used(model: nn.Module) -> tuple[set[str], set[str]]:
                 return func(*args, **(kwargs or {}))
 
         ids = _new_tokens(model, 1, 1, 0)  # [1, 1]
-        with torch.inference_mode(), Watch():
+        with torch.inference_mode(), plain_path(), Watch():  # prepacked layers would hide their weights
             model(input_ids=ids, use_cache=False)
         _watched[model] = (signature, (read, multiplied))
     return _watched[model][1]
