@@ -32,3 +32,18 @@ def test_quick_eagle_run_trains_resumes_and_exports(offline_pair, tmp_path):
     assert spec.tolist() == plain.tolist()  # fp32: the offline target has no near-tie in these 8 tokens
     with torch.no_grad():
         assert torch.equal(loaded.fc.weight, head.fc.weight.half().float())  # shipped in float16, loaded back
+
+
+def test_corpus_merges_other_runs_and_refuses_a_folder_without_answers(tmp_path):
+    from specdec_ref.distill.eagle import EagleConfig, corpus
+    for run in ("a", "b"):
+        (tmp_path / run / "answers").mkdir(parents=True)
+        for i in range(2):
+            (tmp_path / run / "answers" / f"shard_{i:05d}.pt").write_bytes(b"")
+    own = sorted((tmp_path / "a" / "answers").glob("*.pt"))
+    cfg = EagleConfig(out=str(tmp_path / "a"), extra_runs=str(tmp_path / "b"))
+    merged = corpus(cfg, own)
+    assert merged[:2] == own and [p.parent.parent.name for p in merged[2:]] == ["b", "b"]
+    assert corpus(EagleConfig(out=str(tmp_path / "a")), own) == own
+    with pytest.raises(ValueError, match="no answers"):
+        corpus(EagleConfig(out=str(tmp_path / "a"), extra_runs=str(tmp_path / "missing")), own)

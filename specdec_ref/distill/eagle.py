@@ -68,6 +68,7 @@ class EagleConfig:
     eval_prompts: int = 12  # held-out prompts for the final α per position
     eval_tokens: int = 96  # tokens generated per held-out prompt
     stop_after: str = "eval"  # last stage to run: prompts, answers, features, train or eval
+    extra_runs: str = ""  # comma-separated run directories whose answer shards join this run's (merged corpora)
     gen_dtype: str = "auto"  # dtype of the stages 1-2 copy: auto (bfloat16 where the CPU multiplies it natively)
 
 
@@ -219,6 +220,15 @@ def make_answers(cfg: EagleConfig, gen_model, tokenizer, prompts: list[str]) -> 
     return paths
 
 
+def corpus(cfg: EagleConfig, own: list[Path]) -> list[Path]:
+    """This run's answer shards, then those of every run in cfg.extra_runs (each run's own prompts and seed)."""
+    extra = [Path(d) for d in cfg.extra_runs.split(",") if d.strip()]
+    for d in extra:
+        if not (d / "answers").is_dir():
+            raise ValueError(f"extra run {d} has no answers/ folder: give run directories made by this script")
+    return own + [p for d in extra for p in sorted((d / "answers").glob("shard_*.pt"))]
+
+
 @torch.inference_mode()
 def make_features(cfg: EagleConfig, target, answer_paths: list[Path]) -> list[Path]:
     """Stage 3: for each answer shard, the target's final hidden states [L, d] (float16) of every sequence."""
@@ -226,7 +236,8 @@ def make_features(cfg: EagleConfig, target, answer_paths: list[Path]) -> list[Pa
     feat_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for src in answer_paths:
-        path = feat_dir / src.name
+        run = src.parent.parent  # another run's shards keep their run's name: shard numbers repeat across runs
+        path = feat_dir / (src.name if run.resolve() == Path(cfg.out).resolve() else f"{run.name}-{src.name}")
         paths.append(path)
         if path.exists():
             continue
@@ -362,7 +373,7 @@ def run(cfg: EagleConfig, target=None, tokenizer=None):
     log(cfg, f"{len(prompts)} training prompts")
     if cfg.stop_after == "prompts":
         return None, [], {}
-    answers = make_answers(cfg, gen_model, tokenizer, prompts)
+    answers = corpus(cfg, make_answers(cfg, gen_model, tokenizer, prompts))
     if cfg.stop_after == "answers":
         return None, [], {}
     feats = make_features(cfg, gen_model, answers)
