@@ -1,0 +1,192 @@
+"""A causal LM together with its KV cache: feed it only the tokens it has not seen, crop it on rejection."""
+from __future__ import annotations
+
+import functools
+import inspect
+
+import torch
+from transformers import DynamicCache, StaticCache
+
+
+@functools.cache
+def _cache_keyword(model_class: type) -> str:
+    """The keyword forward() takes the KV cache by: `cache` in newer transformers 5 releases (5.24 here),
+    `past_key_values` in older ones (5.17 on one GPU image), which silently ignore a `cache=` keyword."""
+    params = inspect.signature(model_class.forward).parameters
+    for name in ("cache", "past_key_values"):
+        if name in params:
+            return name
+    raise ValueError(f"{model_class.__name__}.forward takes neither `cache` nor `past_key_values`: "
+                     "it cannot be given a KV cache")
+
+
+@functools.cache
+def _takes_logits_to_keep(model_class: type) -> bool:
+    return "logits_to_keep" in inspect.signature(model_class.forward).parameters
+
+
+def cache_kwargs(model, cache: DynamicCache | None) -> dict:
+    """{keyword: cache} for model's forward, whichever transformers 5 release is installed."""
+    return {_cache_keyword(type(model)): cache}
+
+
+def check_cache_length(cache: DynamicCache, expected: int) -> None:
+    """A forward pass must leave `expected` tokens in the cache; anything else means it never saw it."""
+    if cache.get_seq_length() != expected:
+        raise RuntimeError(f"the KV cache holds {cache.get_seq_length()} tokens after the forward pass, expected "
+                           f"{expected}: the model did not use the cache it was given (a transformers release "
+                           "that names the keyword differently?)")
+
+
+def vocab_size(model) -> int:
+    """The number of logits a model emits per position (what draft and target must agree on)."""
+    return model.get_output_embeddings().weight.shape[0] if hasattr(model, "get_output_embeddings") \
+        and model.get_output_embeddings() is not None else model.config.vocab_size
+
+
+class CachedModel:
+    """A causal LM plus its KV cache, fed only the tokens it has not seen yet.
+
+    With keep_hidden=True it also keeps the final hidden state of every cached token (the vector the
+    LM head turns into logits), for drafters that draft from the target's features (EAGLE). It then runs the
+    model's body and its LM head as two calls, so that only the last layer's states are kept, in a buffer
+    that grows by doubling (no copy of the whole history per step).
+    """
+
+    def __init__(self, model, keep_hidden: bool = False):
+        self.model = model
+        self.cache = DynamicCache()
+        self.n_cached = 0  # how many context tokens the cache holds
+        self.calls = 0  # forward passes so far
+        self.keep_hidden = keep_hidden
+        self._hidden: torch.Tensor | None = None  # [capacity, d] buffer of final hidden states (keep_hidden)
+        self.forward, self.body = model, model.base_model  # the whole model; its body without the LM head
+
+    def prepare(self, new: torch.Tensor, kw: dict) -> dict:  # the forward's keyword arguments, as given
+        return kw
+
+    @property
+    def hidden(self) -> torch.Tensor | None:  # -> [n_cached, d] final hidden states (None without keep_hidden)
+        return self._hidden[:self.n_cached] if self._hidden is not None else None
+
+    def logits(self, context_ids: torch.Tensor, keep: int | None = None, *, position_ids: torch.Tensor | None = None,
+               attention_mask: torch.Tensor | None = None) -> torch.Tensor:  # [T] -> [k, V]
+        """Run the model on context_ids[n_cached:], extending the cache; return the logits of the last `keep`
+        of them (all of them if None: k = T - n_cached). The LM head runs on those rows only.
+
+        position_ids [k] and a 4D additive attention_mask [1, 1, k, T] are for tree passes (tree.py); by
+        default the new tokens sit causally after the cached ones.
+        """
+        new = context_ids[self.n_cached:]
+        kw = cache_kwargs(self.model, self.cache)
+        if position_ids is not None:
+            kw.update(position_ids=position_ids[None], attention_mask=attention_mask)
+        kw = self.prepare(new, kw)
+        if self.keep_hidden:
+            h = self.body(input_ids=new[None], **kw, use_cache=True).last_hidden_state[0]  # [k, d]
+            self._store_hidden(h)
+            logits = self.model.get_output_embeddings()(h if keep is None else h[-keep:])  # [keep, V]
+        elif keep is not None and _takes_logits_to_keep(type(self.model)):
+            logits = self.forward(input_ids=new[None], **kw, use_cache=True, logits_to_keep=keep).logits[0]
+        else:
+            logits = self.forward(input_ids=new[None], **kw, use_cache=True).logits[0]  # [1, k, V] -> [k, V]
+        check_cache_length(self.cache, context_ids.shape[0])
+        self.n_cached = context_ids.shape[0]
+        self.calls += 1
+        return logits if keep is None else logits[-keep:]
+
+    def _store_hidden(self, h: torch.Tensor) -> None:  # [k, d] appended after the first n_cached rows
+        end = self.n_cached + h.shape[0]
+        if self._hidden is None or self._hidden.shape[0] < end:
+            grown = h.new_empty(max(2 * end, 64), h.shape[1])  # [capacity, d]
+            if self._hidden is not None:
+                grown[:self.n_cached] = self._hidden[:self.n_cached]
+            self._hidden = grown
+        self._hidden[self.n_cached:end] = h
+
+    def keep_rows(self, n_prefix: int, rows: list[int]) -> None:
+        """Keep cache rows [0, n_prefix) and then `rows` (in that order), drop the others: after a tree pass, the
+        context plus the accepted path. Rows that already follow the prefix are a plain crop."""
+        if rows == list(range(n_prefix, n_prefix + len(rows))):
+            return self.rollback(n_prefix + len(rows))
+        idx = torch.cat([torch.arange(n_prefix), torch.tensor(rows, dtype=torch.long)]).to(self.cache.layers[0].keys.device)
+        for layer in self.cache.layers:  # [B, heads, n_cached, d_head] -> [B, heads, n_prefix + len(rows), d_head]
+            layer.keys, layer.values = layer.keys.index_select(-2, idx), layer.values.index_select(-2, idx)
+        if self._hidden is not None:
+            self._hidden[:idx.shape[0]] = self._hidden[idx]
+        self.n_cached = idx.shape[0]
+
+    def rollback(self, n_tokens: int) -> None:
+        """Crop the cache to its first n_tokens (transformers 5: crop takes minus the number to drop)."""
+        if n_tokens == 0:
+            self.cache, self.n_cached, self._hidden = DynamicCache(), 0, None
+        elif n_tokens < self.n_cached:
+            self.cache.crop(-(self.n_cached - n_tokens))
+            self.n_cached = n_tokens
+
+
+class StaticCachedModel(CachedModel):
+    """A CachedModel whose keys and values live in buffers allocated once (transformers' StaticCache), gpt-fast style.
+
+    Rolling back only moves the write position: entries past it stay in memory but are masked out, and the next
+    forward pass overwrites them. Every pass has explicit positions, and a pass of q new tokens always has the
+    same shapes, so with compile=True (CUDA only) each step kind (1 token, γ + 1 tokens, N + 1 tree nodes) is
+    compiled once into a CUDA graph by `torch.compile(mode="reduce-overhead")`. The prefill runs eagerly.
+    """
+
+    def __init__(self, model, max_len: int, keep_hidden: bool = False, compile: bool = False):
+        super().__init__(model, keep_hidden)
+        if compile and next(model.parameters()).device.type != "cuda":
+            raise ValueError("cache='compiled' captures CUDA graphs and needs a CUDA model; use cache='static' here")
+        self.max_len = max_len
+        self.cache = StaticCache(config=model.config, max_cache_len=max_len)
+        if compile:
+            self.compiled = torch.compile(model, mode="reduce-overhead", dynamic=False)
+            self.compiled_body = torch.compile(model.base_model, mode="reduce-overhead", dynamic=False)
+        self.compile = compile
+
+    def prepare(self, new: torch.Tensor, kw: dict) -> dict:
+        """Explicit positions, the write position at n_cached, and a mask as wide as the buffers."""
+        if self.n_cached + new.shape[0] > self.max_len:
+            raise ValueError(f"the static KV cache holds {self.max_len} tokens; this pass needs "
+                             f"{self.n_cached + new.shape[0]}: allocate a longer one")
+        for layer in self.cache.layers:
+            if layer.is_initialized:
+                layer.cumulative_length.fill_(self.n_cached)  # where this pass writes its keys and values
+        if "position_ids" not in kw:
+            kw["position_ids"] = torch.arange(self.n_cached, self.n_cached + new.shape[0], device=new.device)[None]
+        mask = kw.get("attention_mask")
+        if mask is not None and mask.shape[-1] < self.max_len:  # a tree mask over the filled part: pad with "never"
+            pad = mask.new_full((*mask.shape[:-1], self.max_len - mask.shape[-1]), torch.finfo(mask.dtype).min)
+            kw["attention_mask"] = torch.cat([mask, pad], dim=-1)
+        first = self.n_cached == 0  # the prefill's length varies from prompt to prompt: keep it eager
+        self.forward = self.compiled if self.compile and not first else self.model
+        self.body = self.compiled_body if self.compile and not first else self.model.base_model
+        return kw
+
+    def keep_rows(self, n_prefix: int, rows: list[int]) -> None:
+        if rows == list(range(n_prefix, n_prefix + len(rows))):
+            return self.rollback(n_prefix + len(rows))
+        idx = torch.cat([torch.arange(n_prefix), torch.tensor(rows, dtype=torch.long)]).to(self.cache.layers[0].keys.device)
+        for layer in self.cache.layers:  # gather in place: the buffers keep their addresses (CUDA graphs need that)
+            layer.keys[:, :, :idx.shape[0]] = layer.keys.index_select(-2, idx)
+            layer.values[:, :, :idx.shape[0]] = layer.values.index_select(-2, idx)
+        if self._hidden is not None:
+            self._hidden[:idx.shape[0]] = self._hidden[idx]
+        self.n_cached = idx.shape[0]
+
+    def rollback(self, n_tokens: int) -> None:
+        """Forget everything after the first n_tokens: move the write position back (nothing is freed)."""
+        self.n_cached = min(self.n_cached, n_tokens)
+
+
+def cached_model(model, *, keep_hidden: bool = False, cache: str = "dynamic", max_len: int | None = None) -> CachedModel:
+    """The one switch: cache="dynamic" (grows as needed, cropped on rollback), "static" (preallocated for max_len
+    tokens, rollback moves the write position) or "compiled" (static, plus CUDA graphs on a GPU)."""
+    if cache == "dynamic":
+        return CachedModel(model, keep_hidden)
+    if cache in ("static", "compiled"):
+        if max_len is None:
+            raise ValueError("a static KV cache needs max_len, the most tokens it will ever hold")
+        return StaticCachedModel(model, max_len, keep_hidden, compile=cache == "compiled")
+    raise ValueError(f"cache must be 'dynamic', 'static' or 'compiled', got {cache!r}")

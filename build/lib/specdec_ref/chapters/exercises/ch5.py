@@ -1,0 +1,93 @@
+"""Checkers for chapter 5, "Choosing a draft".
+
+Each `check_*` takes the reader's answer first. Left as None (or a function that still raises
+NotImplementedError) it prints "Not attempted yet"; a wrong answer raises AssertionError with a
+hint; a right one prints why it is right.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ...drafters import Drafter
+from ...lab.speedup import best_gamma, predicted_speedup
+from ...lab.stats import SIGNIFICANCE, chi_square_gof, speculative_sequence_counts
+from ...sampling import SamplingConfig
+from .common import N_TOKENS, PROMPT, answered, attempted
+
+DRAFTS = {  # name -> (α, c): three drafts of one target, as a benchmark might report them
+    "big LM draft": (0.80, 0.25),
+    "tiny LM draft": (0.55, 0.03),
+    "feature head": (0.70, 0.06),
+}
+
+
+def check_winner(answer: tuple[str, int] | None, drafts: dict[str, tuple[float, float]] = DRAFTS,
+                 gamma_max: int = 16) -> None:
+    """Exercise 1: (name of the draft with the highest textbook speedup, its best γ)."""
+    if not answered(answer, "a tuple (draft name, γ)"):
+        return
+    best = {name: best_gamma(a, c, gamma_max=gamma_max) for name, (a, c) in drafts.items()}  # name -> (γ, S)
+    winner = max(best, key=lambda n: best[n][1])
+    name, gamma = answer
+    assert name in drafts, f"{name!r} is not one of {sorted(drafts)}"
+    mine = best[name][1]
+    assert name == winner, (
+        f"{name} reaches at most {mine:.2f}× (γ = {best[name][0]}), but {winner} reaches {best[winner][1]:.2f}×. "
+        "Hint: for each draft, tabulate (1 - α^(γ+1)) / ((1 - α)(γc + 1)) over γ and keep its peak; "
+        "a higher α does not win if every draft step costs a lot")
+    got = predicted_speedup(drafts[name][0], int(gamma), drafts[name][1]) if int(gamma) >= 1 else 1.0
+    assert int(gamma) == best[name][0], (
+        f"{name} at γ = {gamma} gives {got:.3f}×, but γ = {best[name][0]} gives {best[name][1]:.3f}×")
+    print(f"Correct: {name} at γ = {best[name][0]} gives {best[name][1]:.2f}× ("
+          + ", ".join(f"{n}: {s:.2f}× at γ = {g}" for n, (g, s) in best.items() if n != name) + ").")
+
+
+def _greedy_equal(make_drafter: Callable[[int], Drafter]) -> int:
+    """Greedy speculative output with the reader's drafter equals greedy target output; returns tokens drafted."""
+    from ...generate import autoregressive_generate, speculative_generate
+    from ...models.toy import tiny_pair
+    greedy, drafted = SamplingConfig(temperature=0), 0
+    for seed in range(3):
+        target, _ = tiny_pair(vocab_size=8, seed=seed, noise=0.3, hidden=32, n_layers=2)
+        ids = torch.tensor([[seed + 1, 2, 3, 1, 2, 3, 4]])
+        plain = autoregressive_generate(target, ids, 30, sampling=greedy).tokens.tolist()
+        out = speculative_generate(target, make_drafter(8), ids, 30, gamma=3, sampling=greedy)
+        assert out.tokens.tolist() == plain, (
+            f"greedy output differs from the target's own (seed {seed}): {out.tokens.tolist()} vs {plain}. Hint: "
+            "propose tokens that follow the context; draft_probs must be [n, V] rows, one per proposed token")
+        drafted += sum(out.stats.drafted)
+    return drafted
+
+
+def check_drafter(make_drafter: Callable[[int], Drafter], n: int = 1500, seed: int = 0) -> None:
+    """Exercise 2: make_drafter(vocab_size) -> a drafter that speculative_generate accepts, and that stays exact.
+
+    Checks: the Drafter protocol; greedy equality with the target on three toys; it proposes something;
+    and a chi-square test at T=1 on the vocabulary-3 toy (5 tokens, 3^5 sequences) at level SIGNIFICANCE.
+    """
+    if not attempted(make_drafter, 8):
+        return
+    drafter = make_drafter(8)
+    missing = [m for m in ("vocab_size", "default_gamma", "wants_target_hidden", "calls", "n_cached", "propose", "sync")
+               if not hasattr(drafter, m)]
+    assert not missing and isinstance(drafter, Drafter), (
+        f"a drafter implements the sd.Drafter protocol; yours lacks {', '.join(missing)}")
+    drafted = _greedy_equal(make_drafter)
+    assert drafted > 0, "your drafter never proposed a token on the toys (the contexts repeat: a bigram table finds them)"
+    from ...models.toy import exact_sequence_distribution, tiny_pair
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # toy matrices: one thread is fastest
+    try:
+        target, _ = tiny_pair(vocab_size=3, seed=0, noise=0.3)
+        exact = exact_sequence_distribution(target, PROMPT, N_TOKENS, SamplingConfig(1.0))
+        counts = speculative_sequence_counts(target, make_drafter(3), PROMPT, N_TOKENS, 3, SamplingConfig(1.0), n,
+                                             torch.Generator().manual_seed(seed))
+    finally:
+        torch.set_num_threads(threads)
+    result = chi_square_gof(counts, exact)
+    assert not result.rejects(SIGNIFICANCE), (
+        f"at T = 1 your drafter's sequences do not follow the target's distribution ({result}). Hint: draft_probs "
+        "must be the distribution you really sampled each token from (one-hot if the choice is deterministic)")
+    print(f"Correct: exact greedy on 3 toys ({drafted} tokens drafted) and at T = 1 ({result}).")

@@ -1,0 +1,139 @@
+"""Figures and the widget of chapter 4, "How much faster?". Every formula comes from lab/speedup."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from ..lab.speedup import best_gamma, linear_verify_costs, predicted_speedup, speedup_by_gamma
+
+
+def capped_geometric(alpha: float, gamma: int) -> np.ndarray:  # -> [γ+1]
+    """P(n accepted = k), k = 0..γ, if every position is accepted independently with probability α."""
+    k = np.arange(gamma + 1)
+    probs = alpha ** k * (1 - alpha)
+    probs[-1] = alpha ** gamma  # all γ accepted: the cap collects the rest of the geometric tail
+    return probs
+
+
+def plot_cost_curves(curves: Mapping[str, Sequence[float]], ax=None):
+    """t(k)/t(1) against k, one line per label (e.g. dtype), with the textbook's flat line at 1."""
+    ax = ax or plt.subplots(figsize=(6.4, 3.8))[1]
+    k_max = max(len(v) for v in curves.values())
+    for label, ratios in curves.items():
+        ax.plot(range(1, len(ratios) + 1), ratios, "o-", label=label)
+    ax.axhline(1, color="grey", ls="--", label="textbook: t(k) = t(1)")
+    ax.set(xlabel="tokens scored in one target pass, k", ylabel="t(k) / t(1)  (one-token steps)",
+           xticks=range(1, k_max + 1))
+    worst = max(curves, key=lambda name: curves[name][-1])
+    ax.set_title(f"Scoring {k_max} tokens costs {curves[worst][-1]:.2f}× one token ({worst})")
+    ax.legend(fontsize=9)
+    return ax.figure
+
+
+def plot_speedup_vs_gamma(gammas: Sequence[int], textbook: Sequence[float], generalized: Sequence[float],
+                          measured: Sequence[float], title: str = "", ax=None):
+    """Textbook prediction, generalised prediction and measured speedup for each γ."""
+    ax = ax or plt.subplots(figsize=(6.4, 3.8))[1]
+    ax.plot(gammas, textbook, "s--", color="grey", label="textbook (Theorem 3.8)")
+    ax.plot(gammas, generalized, "o-", color="C0", label="generalised (measured t(k), overhead)")
+    ax.plot(gammas, measured, "D", color="C3", ms=8, label="measured")
+    ax.axhline(1, color="black", lw=0.8)
+    ax.set(xlabel="draft tokens per iteration, γ", ylabel="speedup over plain decoding (×)", xticks=list(gammas),
+           title=title)
+    ax.legend(fontsize=9)
+    return ax.figure
+
+
+def plot_expected_speedup(alpha: float = 0.6, c: float = 0.05, slope: float = 0.0, overhead: float = 0.0,
+                          gamma_max: int = 12, ax=None):
+    """Predicted speedup against γ for one (α, c, verify-cost slope), with the textbook line and the best γ."""
+    ax = ax or plt.subplots(figsize=(6.4, 3.8))[1]
+    gen = speedup_by_gamma(alpha, c, linear_verify_costs(slope, gamma_max + 1), overhead, gamma_max)
+    text = speedup_by_gamma(alpha, c, gamma_max=gamma_max)
+    g, s = best_gamma(alpha, c, linear_verify_costs(slope, gamma_max + 1), overhead, gamma_max)
+    ax.plot(list(text), list(text.values()), "s--", color="grey", label="textbook: t(k) = t(1), no overhead")
+    ax.plot(list(gen), list(gen.values()), "o-", color="C0", label=f"t(k)/t(1) = 1 + {slope:.2f}(k-1), "
+                                                                    f"overhead {overhead:.2f}")
+    ax.plot([g], [s], "*", color="C3", ms=16, label=f"best γ = {g}: {s:.2f}×")
+    ax.axhline(1, color="black", lw=0.8)
+    verdict = f"best γ = {g} gives {s:.2f}×" if s > 1 else f"no γ pays off (best {s:.2f}×)"
+    ax.set(xlabel="draft tokens per iteration, γ", ylabel="expected speedup (×)",
+           title=f"α = {alpha:.2f}, c = {c:.2f}: {verdict}")
+    ax.legend(fontsize=9)
+    return ax.figure
+
+
+def speedup_explorer(alpha: float = 0.6, c: float = 0.05, slope: float = 0.0, overhead: float = 0.0):
+    """The live version of plot_expected_speedup: sliders for α, c, the verify-cost slope and the overhead."""
+    from ipywidgets import FloatSlider, interact
+
+    def show(alpha, c, slope, overhead):
+        plot_expected_speedup(alpha, c, slope, overhead)
+        plt.show()
+
+    return interact(show, alpha=FloatSlider(value=alpha, min=0.0, max=0.99, step=0.01, description="α"),
+                    c=FloatSlider(value=c, min=0.0, max=1.0, step=0.01, description="c"),
+                    slope=FloatSlider(value=slope, min=0.0, max=0.5, step=0.01, description="t(k) slope"),
+                    overhead=FloatSlider(value=overhead, min=-0.2, max=0.5, step=0.01, description="overhead"))
+
+
+def plot_accepted_lengths_vs_geometric(accepted: Sequence[int], gamma: int, alpha: float, ax=None):
+    """Histogram of accepted lengths (iterations that drafted γ tokens) against the capped geometric law."""
+    ax = ax or plt.subplots(figsize=(6.4, 3.8))[1]
+    counts = np.bincount(np.asarray(accepted, dtype=int), minlength=gamma + 1)[: gamma + 1]
+    k = np.arange(gamma + 1)
+    ax.bar(k, counts / max(counts.sum(), 1), width=0.6, color="C0", label=f"measured ({counts.sum()} iterations)")
+    ax.plot(k, capped_geometric(alpha, gamma), "o--", color="C3", label=f"capped geometric, α = {alpha:.2f}")
+    ax.set(xlabel="draft tokens accepted in one iteration, n", ylabel="fraction of iterations", xticks=k,
+           title=f"Accepted lengths at γ = {gamma} vs the i.i.d. model")
+    ax.legend(fontsize=9)
+    return ax.figure
+
+
+def plot_position_acceptance(rates: Mapping[str, tuple[Sequence[int], Sequence[int]]], ax=None):
+    """Acceptance at draft position i (given positions < i were accepted), one line per setting.
+
+    rates maps a label to (accepted, examined) counts per position; error bars are binomial standard errors.
+    """
+    ax = ax or plt.subplots(figsize=(6.4, 3.8))[1]
+    for label, (acc, exam) in rates.items():
+        acc, exam = np.asarray(acc, float), np.asarray(exam, float)
+        keep = exam >= 5  # a rate from fewer than 5 examined tokens says little
+        p = acc[keep] / exam[keep]
+        ax.errorbar(np.arange(1, len(acc) + 1)[keep], p, yerr=np.sqrt(p * (1 - p) / exam[keep]), fmt="o-",
+                    capsize=3, label=label)
+    ax.set(xlabel="draft position i within an iteration", ylabel="P(accepted | reached)", ylim=(0, 1),
+           title="Acceptance by draft position (the i.i.d. model says: flat)")
+    ax.legend(fontsize=9)
+    return ax.figure
+
+
+def plot_claims_plane(claims: Mapping[str, tuple[float, float]], points: Mapping[str, tuple[float, float]],
+                      gamma_max: int = 16, ax=None):
+    """The (α, c) plane shaded by the best textbook speedup over γ; quoted speedup ranges as contour bands.
+
+    claims maps a label to (low, high) speedups quoted from a source; points maps a label to a measured (α, c).
+    """
+    ax = ax or plt.subplots(figsize=(6.8, 4.8))[1]
+    alphas, cs = np.linspace(0.01, 0.99, 99), np.linspace(0.0, 0.5, 51)
+    best = np.array([[best_gamma(a, c, gamma_max=gamma_max)[1] for a in alphas] for c in cs])  # [c, α]
+    mesh = ax.contourf(alphas, cs, best, levels=[0, 1, 1.25, 1.5, 2, 2.5, 3, 4, 6], cmap="Greens")
+    plt.colorbar(mesh, ax=ax, label="best speedup over γ ≤ %d (×, textbook)" % gamma_max)
+    ax.contour(alphas, cs, best, levels=[1], colors="black", linewidths=1.5)
+    for i, (label, (lo, hi)) in enumerate(claims.items()):
+        cs_ = ax.contour(alphas, cs, best, levels=[lo, hi], colors=[f"C{i}"], linestyles=["--", "-"], linewidths=1.6)
+        ax.clabel(cs_, fmt=lambda v: f"{v:g}×", fontsize=8)
+        ax.plot([], [], color=f"C{i}", label=f"{label}: {lo:g}–{hi:g}× (quoted)")
+    for label, (a, c) in points.items():
+        ax.plot(a, c, "*", ms=15, mec="black", label=f"{label}: α = {a:.2f}, c = {c:.3f}")
+    ax.set(xlabel="per-token acceptance α", ylabel="cost ratio c (draft step / target step)",
+           title="Speculation pays off only where α > c (black line)")
+    ax.legend(fontsize=8, loc="upper left")
+    return ax.figure
+
+
+def textbook_speedups(alpha: float, c: float, gammas: Sequence[int]) -> list[float]:
+    """Theorem 3.8 for each γ (a convenience for tables)."""
+    return [predicted_speedup(alpha, g, c) for g in gammas]

@@ -1,0 +1,181 @@
+"""Command line: `python -m specdec_ref` generates and compares; `python -m specdec_ref bench` prints the table.
+
+    python -m specdec_ref --prompt "Why is the sea salty?"          # offline pair, greedy
+    python -m specdec_ref --pair qwen2.5 --temperature 0.7           # a Hub pair (needs network, ideally a GPU)
+    python -m specdec_ref bench --max-new-tokens 64 --json bench.json --plot bench.png
+    python -m specdec_ref diagnose --prompts 4 --json diagnose.json  # will it pay off here? which γ?
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+
+import torch
+
+from .lab import bench
+from .lab.diagnose import greedy_divergence
+from .generate import as_drafter, autoregressive_generate, speculative_generate
+from .kernels import kernel_path
+from .models import PAIRS, encode_chat, load_pair
+from .sampling import SamplingConfig
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pair", default="offline",
+                   help=f"'offline' (default, no network), 'auto' (by device), or one of {sorted(PAIRS)}")
+    p.add_argument("--device", default=None, help="cuda, mps or cpu (default: the pair's choice)")
+    p.add_argument("--gamma", type=int, default=None, help="draft tokens per iteration (γ; default: the draft's own)")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="model dtype (auto: the fastest the device supports natively)")
+    p.add_argument("--draft", default="auto", choices=["auto", "feature", "lm"],
+                   help="offline pair only: the feature-level draft, the small causal LM, or the fastest shipped")
+    p.add_argument("--max-new-tokens", type=int, default=96)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.set_defaults(tree=None)  # _load sets the draft's default tree, unless --gamma asks for a chain
+
+
+def _load(args):
+    print(f"loading the '{args.pair}' pair ...", file=sys.stderr, flush=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        target, draft, tokenizer = load_pair(args.pair, args.device if args.device else
+                                             ("cpu" if args.pair == "offline" else None),
+                                             None if args.dtype == "auto" else getattr(torch, args.dtype), args.draft)
+    for w in caught:
+        if "PLACEHOLDER" in str(w.message):
+            print(f"WARNING: {w.message}", file=sys.stderr)
+    drafter = as_drafter(draft)
+    args.tree = None if args.gamma else drafter.default_tree  # an explicit --gamma asks for a chain
+    args.gamma = args.gamma or drafter.default_gamma
+    print(f"target {str(target.dtype).removeprefix('torch.')} on {next(target.parameters()).device}, "
+          f"draft: {type(drafter).__name__}, {method_name(args)}", file=sys.stderr, flush=True)
+    return target, draft, tokenizer
+
+
+def method_name(args) -> str:
+    """The speculative method the run uses, in words."""
+    if args.tree is not None:
+        b = args.tree
+        return f"dynamic tree (EAGLE-2: depth {b.depth}, top-{b.topk}, {b.n_nodes} nodes)"
+    return f"chain of γ = {args.gamma}"
+
+
+def generate_main(args) -> None:
+    target, draft, tokenizer = _load(args)
+    device = next(target.parameters()).device
+    sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
+    ids = encode_chat(tokenizer, args.prompt, device)
+    eos = tokenizer.eos_token_id
+
+    def progress(step):
+        kept = len(step.path) if args.tree is not None else step.n_accepted
+        print(f"\r  speculative: {step.context_len + kept + 1 - ids.shape[1]} tokens ({kept} accepted this step)   ",
+              end="", file=sys.stderr, flush=True)
+
+    print("speculative decoding ...", file=sys.stderr, flush=True)
+    method = dict(tree=args.tree) if args.tree is not None else dict(gamma=args.gamma)
+    spec = speculative_generate(target, draft, ids, args.max_new_tokens, **method, sampling=sampling,
+                                generator=torch.Generator(device).manual_seed(args.seed), eos_token_id=eos,
+                                on_step=progress)
+    print("\nplain decoding (for comparison) ...", file=sys.stderr, flush=True)
+    plain = autoregressive_generate(target, ids, args.max_new_tokens, sampling=sampling,
+                                    generator=torch.Generator(device).manual_seed(args.seed), eos_token_id=eos)
+    print(tokenizer.decode(spec.tokens, skip_special_tokens=True))
+    print("-" * 60)
+    s = spec.stats
+    print(f"method: {method_name(args)}; kernel path: {kernel_path(target)}")
+    print(f"τ = {spec.tokens.shape[0] / s.target_calls:.2f} tokens per target pass "
+          f"({s.target_calls} target passes speculative vs {plain.stats.target_calls} plain)")
+    if args.tree is None:
+        print(f"acceptance rate {s.acceptance_rate:.2f} ({sum(s.accepted)}/{sum(s.drafted)} drafted tokens accepted); "
+              f"per-token α = {s.alpha:.2f} (discarded tokens not counted)")
+    print(f"speculative: {spec.tokens_per_second:.1f} tokens/s   plain: {plain.tokens_per_second:.1f} tokens/s   "
+          f"speedup: {spec.tokens_per_second / plain.tokens_per_second:.2f}×")
+    if sampling.greedy:
+        split = greedy_divergence(target, ids, plain.tokens, spec.tokens)
+        if split is None:
+            print("greedy outputs identical: yes")
+        else:
+            print(f"greedy outputs identical: no: {split} "
+                  f"[{tokenizer.decode([split.plain_token])!r} vs {tokenizer.decode([split.spec_token])!r}]")
+
+
+def bench_main(args) -> None:
+    target, draft, tokenizer = _load(args)
+    sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
+    prompts = bench.BENCH_PROMPTS[: args.prompts]
+    hf_draft = None
+    if args.pair == "offline" and not isinstance(draft, torch.nn.Module):  # HF assisted rows need a causal LM
+        from .models import offline_draft
+        hf_draft = offline_draft.load(target) if offline_draft.available() else None
+    result = bench.run_bench(target, draft, tokenizer, prompts, args.max_new_tokens, args.gamma, sampling,
+                             args.seed, hf=not args.no_hf, hf_draft=hf_draft, tree=args.tree,
+                             progress=lambda m: print(m, file=sys.stderr, flush=True))
+    result["command"] = "python -m specdec_ref " + " ".join(sys.argv[1:])
+    result["settings"]["pair"] = args.pair
+    print(bench.format_table(result))
+    if args.json:
+        bench.save_json(result, args.json)
+        print(f"written to {args.json}", file=sys.stderr)
+    if args.plot:
+        bench.plot_bench(result, args.plot)
+        print(f"figure written to {args.plot}", file=sys.stderr)
+
+
+def diagnose_main(args) -> None:
+    from .lab.diagnose import diagnose, format_report
+    target, draft, tokenizer = _load(args)
+    device = next(target.parameters()).device
+    encoded = [encode_chat(tokenizer, p, device) for p in bench.BENCH_PROMPTS[: args.prompts]]
+    result = diagnose(target, draft, encoded, gamma_max=args.gamma_max, max_new_tokens=args.max_new_tokens,
+                      sampling=SamplingConfig(args.temperature, args.top_k, args.top_p), seed=args.seed,
+                      eos_token_id=tokenizer.eos_token_id, progress=lambda m: print(m, file=sys.stderr, flush=True))
+    result["settings"]["pair"] = args.pair
+    print(format_report(result))
+    if args.json:
+        bench.save_json(result, args.json)
+        print(f"written to {args.json}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="python -m specdec_ref", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command")
+    gen = sub.add_parser("generate", help="generate from a prompt and compare with plain decoding (default)")
+    _common(gen)
+    gen.add_argument("--prompt", default="Explain in a few sentences why the sky is blue.")
+    b = sub.add_parser("bench", help="side-by-side benchmark table (plain, ours, HF assisted, formula)")
+    _common(b)
+    b.add_argument("--prompts", type=int, default=len(bench.BENCH_PROMPTS), help="how many benchmark prompts")
+    b.add_argument("--json", default="bench_results.json", help="where to write the table as JSON ('' for none)")
+    b.add_argument("--no-hf", action="store_true", help="skip the Hugging Face assisted-generation rows")
+    b.add_argument("--plot", default="", help="also draw the side-by-side figure (chapter 6) to this path, e.g. bench.png")
+    d = sub.add_parser("diagnose", help="measure α, c, t(k), overhead; recommend a γ or say why it won't pay off")
+    _common(d)
+    d.add_argument("--prompts", type=int, default=4, help="how many benchmark prompts")
+    d.add_argument("--gamma-max", type=int, default=8, help="largest γ to consider")
+    d.add_argument("--json", default="", help="also write the measurements and verdict as JSON to this path")
+    if not argv or argv[0] not in ("generate", "bench", "diagnose", "-h", "--help"):
+        argv = ["generate", *argv]
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        SamplingConfig(args.temperature, args.top_k, args.top_p)
+        if args.gamma is not None and args.gamma < 1:
+            raise ValueError(f"--gamma must be >= 1, got {args.gamma}")
+        if getattr(args, "gamma_max", 1) < 1:
+            raise ValueError(f"--gamma-max must be >= 1, got {args.gamma_max}")
+    except ValueError as e:
+        parser.error(str(e))
+    {"bench": bench_main, "diagnose": diagnose_main}.get(args.command, generate_main)(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,386 @@
+"""Things that propose draft tokens, and a model wrapper that owns a KV cache.
+
+The loop uses exactly what the `Drafter` protocol below declares, and every drafter here implements all of it:
+
+  propose(context_ids [T], gamma, sampling, generator) -> (draft_tokens [≤γ], draft_probs [≤γ, V])
+  sync(n_kept, target_hidden=None)   # the first n_kept context tokens are settled: forget the rest
+  vocab_size, default_gamma, wants_target_hidden, calls
+
+`ModelDrafter` wraps a Hugging Face causal LM; `NgramDrafter` is prompt lookup
+(copy what followed the last occurrence of the current n-gram), whose draft_probs
+are one-hot. Both plug into the same `speculative_generate` loop.
+
+Adaptive draft length (chapter 4) lives here too, outside the loop: a drafter may propose fewer than
+γ tokens. `ModelDrafter(model, confidence_stop=0.4)` stops when it is unsure, and `ScheduledDrafter`
+wraps any drafter in Hugging Face's +2/-1 schedule. Either way the loop, and its exactness, are unchanged:
+how many tokens are proposed depends only on the draft's side, never on the target's random draws.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Protocol, runtime_checkable
+
+import torch
+from transformers import DynamicCache
+
+from .cache import CachedModel, vocab_size
+from .sampling import SamplingConfig, logits_to_probs, sample
+
+
+@runtime_checkable
+class Drafter(Protocol):
+    """Everything `speculative_step` and `speculative_generate` use of a drafter; nothing else is looked up."""
+    vocab_size: int  # logits per position: must equal the target's
+    default_gamma: int  # draft length speculative_generate uses when gamma=None
+    wants_target_hidden: bool  # True: the loop keeps the target's final hidden states and hands them to sync
+    calls: int  # draft forward passes (or lookups) so far
+    n_cached: int  # context tokens the drafter's own cache holds (0 for one without a cache)
+
+    def propose(self, context_ids: torch.Tensor, gamma: int, sampling: SamplingConfig,
+                generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:  # [T] -> ([≤γ], [≤γ, V])
+        """Up to γ draft tokens after context_ids, and the distributions they were drawn from."""
+        ...
+
+    def sync(self, n_kept: int, target_hidden: torch.Tensor | None = None) -> None:  # target_hidden [n_kept, d]
+        """The context's first n_kept tokens are settled (0: a new generation): forget anything after them.
+
+        target_hidden, for a drafter that wants it, is the target's final hidden state of each kept token.
+        """
+        ...
+
+
+@runtime_checkable
+class TreeDrafter(Drafter, Protocol):
+    """A drafter that can also grow a tree of guesses for one target pass (`tree.dynamic_tree_step`)."""
+    default_tree: object  # a tree.TreeBudget: speculative_generate grows trees of this size when gamma=None; or None
+
+    def propose_tree(self, context_ids: torch.Tensor, budget, sampling: SamplingConfig,
+                     max_depth: int | None = None):  # [T] -> (Tree, node_tokens [N+1])
+        """A tree of guesses after context_ids (node 0 is context_ids[-1]), at most max_depth deep.
+
+        The children of a node are chosen deterministically (the draft's top-k), so verification uses
+        `tree.verify_tree_deterministic`; their draft probabilities are not needed.
+        """
+        ...
+
+
+def root_only(context_ids: torch.Tensor):  # [T] -> (Tree with no drafted node, [1])
+    from .tree import Tree  # tree.py imports this module
+    return Tree((-1,)), context_ids[-1:]
+
+
+def tree_depth(budget, max_depth: int | None) -> int:
+    return budget.depth if max_depth is None else min(budget.depth, max_depth)
+
+
+def empty_proposal(context_ids: torch.Tensor, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:  # -> ([0], [0, V])
+    return context_ids[:0], torch.zeros(0, vocab_size, device=context_ids.device)
+
+
+class ModelDrafter:
+    """A small causal LM that drafts γ tokens one at a time, the ordinary (slow, but cheap) way.
+
+    confidence_stop: stop early, after proposing a token at a position where the draft's top
+    probability (softmax of its raw logits, whatever the sampling) is below this (Hugging Face's
+    `assistant_confidence_threshold` rule); None drafts all γ.
+    """
+
+    def __init__(self, model, *, confidence_stop: float | None = None):
+        if confidence_stop is not None and not 0 <= confidence_stop <= 1:
+            raise ValueError(f"confidence_stop must be a probability in [0, 1] (or None), got {confidence_stop}")
+        self.lm = CachedModel(model)
+        self.vocab_size = vocab_size(model)
+        self.confidence_stop = confidence_stop
+        self.default_gamma, self.default_tree = 4, None  # a chain of 4 unless asked for a tree
+        self.wants_target_hidden = False
+
+    @property
+    def calls(self) -> int:
+        return self.lm.calls
+
+    @property
+    def n_cached(self) -> int:
+        return self.lm.n_cached
+
+    def propose(self, context_ids, gamma, sampling, generator=None):  # [T] -> ([≤γ], [≤γ, V])
+        if gamma == 0:
+            return empty_proposal(context_ids, self.vocab_size)
+        T = context_ids.shape[0]
+        seq = torch.cat([context_ids, context_ids.new_zeros(gamma)])  # [T + γ], filled in as we draft
+        probs = []
+        for i in range(gamma):
+            logits = self.lm.logits(seq[:T + i], keep=1)[0]  # [V]: the cache has seq[:T+i-1], so one new token
+            p = logits_to_probs(logits, sampling)  # [V], the same helper the target uses
+            seq[T + i] = sample(p, generator)
+            probs.append(p)
+            if self.confidence_stop is not None and logits.softmax(-1).max() < self.confidence_stop:
+                break  # the draft's own (T=1) confidence is low here, even when greedy: stop drafting
+        return seq[T:T + len(probs)], torch.stack(probs)  # [≤γ], [≤γ, V]
+
+    def propose_tree(self, context_ids, budget, sampling, max_depth=None):  # [T] -> (Tree, [N+1])
+        """EAGLE-2's dynamic tree from this LM: one draft pass per depth over the nodes being expanded."""
+        from .tree import grow_tree, tree_rows_mask  # tree.py imports this module
+        depth, T = tree_depth(budget, max_depth), context_ids.shape[0]
+        if depth == 0:
+            return root_only(context_ids)
+        root_logits = self.lm.logits(context_ids, keep=1)[0]  # [V]; the cache now holds the whole context
+        fed, dtype = [], next(self.lm.model.parameters()).dtype
+
+        def expand(g, nodes):  # -> [len(nodes), V]
+            flat = torch.cat([context_ids, context_ids.new_tensor([g.tokens[v] for v in fed + nodes])])
+            mask = tree_rows_mask(g, fed, nodes, T, dtype, context_ids.device)
+            positions = context_ids.new_tensor([T - 1 + g.depth[v] for v in nodes])  # node at depth d: T - 1 + d
+            fed.extend(nodes)
+            return self.lm.logits(flat, position_ids=positions, attention_mask=mask)
+
+        tree, tokens = grow_tree(int(context_ids[-1]), root_logits, expand, replace(budget, depth=depth))
+        self.lm.rollback(T)  # forget the guesses; the accepted ones are fed as context next time
+        return tree, context_ids.new_tensor(tokens)
+
+    def sync(self, n_kept: int, target_hidden: torch.Tensor | None = None) -> None:
+        self.lm.rollback(n_kept)
+
+
+class NgramDrafter:
+    """Prompt lookup: find the latest earlier occurrence of the last n tokens and propose what followed.
+
+    Its draft "distribution" is one-hot on the proposed token, so the target accepts a
+    token with probability p_target(x) and otherwise resamples from p_target minus that
+    token: still exact. With nothing to copy, it proposes nothing and the step reduces to
+    one plain target step.
+    """
+
+    def __init__(self, vocab_size: int, max_ngram: int = 3, min_ngram: int = 1):
+        if not 1 <= min_ngram <= max_ngram:
+            raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
+        self.vocab_size, self.max_ngram, self.min_ngram = vocab_size, max_ngram, min_ngram
+        self.calls, self.n_cached = 0, 0
+        self.default_gamma, self.default_tree = 4, None  # a lookup has one guess per position: a chain
+        self.wants_target_hidden = False
+
+    def lookup(self, context_ids: torch.Tensor, gamma: int) -> torch.Tensor:  # [T] -> [≤γ]
+        ids = context_ids.tolist()
+        for n in range(min(self.max_ngram, len(ids) - 1), self.min_ngram - 1, -1):
+            tail, best = ids[-n:], context_ids[:0]
+            for start in range(len(ids) - n - 1, -1, -1):  # latest match first, excluding the tail itself
+                if ids[start:start + n] == tail:
+                    follow = context_ids[start + n:start + n + gamma]
+                    if follow.shape[0] == gamma:  # the latest match with a full continuation wins
+                        return follow
+                    best = follow if follow.shape[0] > best.shape[0] else best
+            if best.shape[0]:
+                return best
+        return context_ids[:0]
+
+    def propose(self, context_ids, gamma, sampling, generator=None):  # [T] -> ([≤γ], [≤γ, V])
+        self.calls += 1
+        tokens = self.lookup(context_ids, gamma)
+        probs = torch.zeros(tokens.shape[0], self.vocab_size, device=context_ids.device)
+        return tokens, probs.scatter_(1, tokens[:, None], 1.0)  # one-hot rows
+
+    def propose_tree(self, context_ids, budget, sampling, max_depth=None):  # [T] -> (Tree, [N+1])
+        """A lookup has one guess per position: a chain as deep as the budget allows."""
+        from .tree import Tree  # tree.py imports this module
+        self.calls += 1
+        tokens = self.lookup(context_ids, tree_depth(budget, max_depth))
+        return Tree.chain(tokens.shape[0]), torch.cat([context_ids[-1:], tokens])
+
+    def sync(self, n_kept: int, target_hidden: torch.Tensor | None = None) -> None:
+        pass  # stateless: it rereads the context every time
+
+
+class ScheduledDrafter:
+    """Any drafter, with Hugging Face's "heuristic" schedule for the number of draft tokens.
+
+    Start at `start` tokens; after an iteration that accepted every proposed token, propose
+    `grow` more next time, otherwise `shrink` fewer (never fewer than 1); an iteration where the drafter
+    proposed nothing leaves it as it is. The loop's γ caps it. It learns how many were accepted from `sync`,
+    which the loop calls with the surviving length. Every other member forwards to the wrapped drafter.
+    """
+
+    def __init__(self, drafter: Drafter, *, start: int = 4, grow: int = 2, shrink: int = 1):
+        if start < 1 or grow < 0 or shrink < 0:
+            raise ValueError(f"need start >= 1, grow >= 0, shrink >= 0, got {start}, {grow}, {shrink}")
+        self.drafter, self.start, self.grow, self.shrink = drafter, start, grow, shrink
+        self.num_tokens = start  # draft tokens to propose next iteration
+        self.history: list[int] = []  # num_tokens used by each iteration, for plots
+        self._proposed = (0, 0)  # (context length, tokens proposed) of the last proposal
+
+    @property
+    def vocab_size(self) -> int:
+        return self.drafter.vocab_size
+
+    @property
+    def default_gamma(self) -> int:
+        return self.drafter.default_gamma
+
+    @property
+    def wants_target_hidden(self) -> bool:
+        return self.drafter.wants_target_hidden
+
+    @property
+    def default_tree(self):
+        return None  # the schedule adapts a chain's length: with gamma=None, speculative_generate runs a chain
+
+    @property
+    def calls(self) -> int:
+        return self.drafter.calls
+
+    @property
+    def n_cached(self) -> int:
+        return self.drafter.n_cached
+
+    def propose(self, context_ids, gamma, sampling, generator=None):  # [T] -> ([≤γ], [≤γ, V])
+        n = min(self.num_tokens, gamma)
+        self.history.append(n)
+        tokens, probs = self.drafter.propose(context_ids, n, sampling, generator)
+        self._proposed = (context_ids.shape[0], tokens.shape[0])
+        return tokens, probs
+
+    def propose_tree(self, context_ids, budget, sampling, max_depth=None):  # [T] -> (Tree, [N+1])
+        return self.drafter.propose_tree(context_ids, budget, sampling, max_depth)  # the schedule is for chains
+
+    def sync(self, n_kept: int, target_hidden: torch.Tensor | None = None) -> None:
+        context_len, proposed = self._proposed
+        if n_kept == 0:  # a new generation: start the schedule afresh
+            self.num_tokens, self.history = self.start, []
+        elif proposed > 0:  # nothing proposed is no evidence either way
+            all_accepted = n_kept - context_len == proposed  # the loop keeps context + accepted
+            self.num_tokens = self.num_tokens + self.grow if all_accepted else max(1, self.num_tokens - self.shrink)
+        self._proposed = (0, 0)
+        self.drafter.sync(n_kept, target_hidden)
+
+
+class FeatureDrafter:
+    """EAGLE-style drafting from the target's own hidden states (a `models.feature_draft.FeatureHead`).
+
+    The loop hands it, after every verification, the target's final hidden states of all kept tokens
+    (`sync(n_kept, target_hidden)`). Position j of its small cache pairs the target's feature h_j with token x_{j+1}; only pairs
+    built from real target features stay cached, the guesses made while drafting are cropped at once
+    (EAGLE's "stable" cache). Before the target has run at all there are no features, so the first
+    iteration proposes nothing: it is the target's prefill.
+    """
+    def __init__(self, head, default_gamma: int = 3, *, default_tree=None, confidence_stop: float | None = None):
+        if confidence_stop is not None and not 0 <= confidence_stop <= 1:
+            raise ValueError(f"confidence_stop must be a probability in [0, 1] (or None), got {confidence_stop}")
+        self.head, self.default_gamma, self.confidence_stop = head, default_gamma, confidence_stop
+        self.default_tree = default_tree  # a TreeBudget: what speculative_generate runs when gamma is None
+        self.vocab_size = head.vocab_size
+        self.wants_target_hidden = True  # the loop keeps the target's final hidden states for this drafter
+        self.cache, self.n_fed, self.features, self.calls = None, 0, None, 0
+
+    @property
+    def n_cached(self) -> int:
+        return self.n_fed
+
+    def propose(self, context_ids, gamma, sampling, generator=None):  # [T] -> ([≤γ], [≤γ, V])
+        if self.features is None or gamma == 0:
+            return empty_proposal(context_ids, self.vocab_size)
+        f = self.feed_context(context_ids)[None]  # [1, d] a guess of the newest token's feature
+        tokens, probs = [], []
+        while True:
+            logits = self.head.logits(f)[0]  # [V]
+            p = logits_to_probs(logits, sampling)  # [V], the same helper the target uses
+            tokens.append(sample(p, generator))  # [1]
+            probs.append(p)
+            unsure = self.confidence_stop is not None and logits.softmax(-1).max() < self.confidence_stop
+            if len(tokens) == gamma or unsure:
+                break
+            f = self.head(f[None], tokens[-1][None], self.cache)[0]  # feed the guess back in: [1, d]
+        if len(tokens) > 1:
+            self.cache.crop(-(len(tokens) - 1))  # drop the guessed positions: only real target features stay
+        self.calls += len(tokens) - 1
+        return torch.cat(tokens), torch.stack(probs)  # [≤γ], [≤γ, V]
+
+    def feed_context(self, context_ids: torch.Tensor) -> torch.Tensor:  # [T] -> [d]
+        """Cache the pairs (h_j, x_{j+1}) not fed yet, j < T - 1; return the last one's output: a guess of h_{T-1}."""
+        T = context_ids.shape[0]
+        self.cache = self.cache if self.cache is not None else DynamicCache()
+        h, x = self.features[self.n_fed:T - 1], context_ids[self.n_fed + 1:T]  # [m, d], [m]
+        self.n_fed = T - 1
+        self.calls += 1
+        return self.head(h[None], x[None], self.cache)[0, -1]  # [1, m, d] -> [d]
+
+    def propose_tree(self, context_ids, budget, sampling, max_depth=None):  # [T] -> (Tree, [N+1])
+        """EAGLE-2's dynamic tree from the head: one head pass per depth, its own guessed features fed back."""
+        from .tree import grow_tree, tree_rows_mask  # tree.py imports this module
+        depth = tree_depth(budget, max_depth)
+        if self.features is None or depth == 0:  # no target features yet: this iteration is the target's prefill
+            return root_only(context_ids)
+        feature = {0: self.feed_context(context_ids)}  # node -> the head's output there ([d], a guess of h)
+        fed, dtype = [], self.head.fc.weight.dtype
+
+        def expand(g, nodes):  # -> [len(nodes), V]
+            h = torch.stack([feature[g.parents[v]] for v in nodes])[None]  # [1, k, d] the parents' features
+            x = context_ids.new_tensor([g.tokens[v] for v in nodes])[None]  # [1, k]
+            mask = tree_rows_mask(g, fed, nodes, self.n_fed, dtype, context_ids.device)
+            positions = context_ids.new_tensor([self.n_fed - 1 + g.depth[v] for v in nodes])[None]  # [1, k]
+            f = self.head(h, x, self.cache, position_ids=positions, attention_mask=mask)[0]  # [k, d]
+            feature.update(zip(nodes, f))
+            fed.extend(nodes)
+            self.calls += 1
+            return self.head.logits(f)  # [k, V]
+
+        tree, tokens = grow_tree(int(context_ids[-1]), self.head.logits(feature[0]), expand,
+                                 replace(budget, depth=depth))
+        if fed:
+            self.cache.crop(-len(fed))  # only pairs built from real target features stay cached
+        return tree, context_ids.new_tensor(tokens)
+
+    def sync(self, n_kept: int, target_hidden: torch.Tensor | None = None) -> None:  # [n_kept, d]
+        if n_kept == 0:
+            self.cache, self.n_fed, self.features = None, 0, None
+            return
+        if n_kept - 1 < self.n_fed:  # the cache pairs (h_j, x_{j+1}) for j < n_fed: drop those past the kept tokens
+            self.cache.crop(-(self.n_fed - (n_kept - 1)))
+            self.n_fed = n_kept - 1
+        self.features = target_hidden
+
+
+class FallbackDrafter:
+    """Several drafters in order of preference: the first that proposes anything drafts this iteration.
+
+    `FallbackDrafter(NgramDrafter(V), ModelDrafter(draft))` copies from the context when it can (free) and asks
+    the model draft only when lookup finds nothing. Which drafter speaks depends on the context alone, never on
+    the target's random draws, so verification stays exact. Every drafter is rolled back each iteration, so a
+    model draft that sat idle catches up on the tokens it missed the next time it is asked.
+    """
+
+    def __init__(self, *drafters: Drafter, default_tree=None):
+        if not drafters:
+            raise ValueError("FallbackDrafter needs at least one drafter, e.g. FallbackDrafter(NgramDrafter(V), model)")
+        self.drafters = [d if isinstance(d, Drafter) else ModelDrafter(d) for d in drafters]  # a bare HF model works
+        sizes = {d.vocab_size for d in self.drafters}
+        if len(sizes) > 1:
+            raise ValueError(f"the drafters' vocabularies differ ({sorted(sizes)}); they must share the target's")
+        self.vocab_size = self.drafters[0].vocab_size
+        self.default_gamma = self.drafters[0].default_gamma
+        self.default_tree = default_tree  # a TreeBudget, or None: a chain of default_gamma
+        self.wants_target_hidden = any(d.wants_target_hidden for d in self.drafters)  # one feature drafter is enough
+        self.used: list[int] = []  # index of the drafter that proposed, per iteration, over all runs
+
+    @property
+    def calls(self) -> int:
+        return sum(d.calls for d in self.drafters)
+
+    @property
+    def n_cached(self) -> int:
+        return max(d.n_cached for d in self.drafters)
+
+    def propose(self, context_ids, gamma, sampling, generator=None):  # [T] -> ([≤γ], [≤γ, V])
+        for i, drafter in enumerate(self.drafters):
+            tokens, probs = drafter.propose(context_ids, gamma, sampling, generator)
+            if tokens.shape[0] or i == len(self.drafters) - 1:
+                self.used.append(i)
+                return tokens, probs
+
+    def propose_tree(self, context_ids, budget, sampling, max_depth=None):  # [T] -> (Tree, [N+1])
+        for i, drafter in enumerate(self.drafters):
+            tree, tokens = drafter.propose_tree(context_ids, budget, sampling, max_depth)
+            if tree.size or i == len(self.drafters) - 1:
+                self.used.append(i)
+                return tree, tokens
+
+    def sync(self, n_kept: int, target_hidden: torch.Tensor | None = None) -> None:
+        for drafter in self.drafters:
+            drafter.sync(n_kept, target_hidden if drafter.wants_target_hidden else None)

@@ -1,0 +1,150 @@
+"""Weights laid out once for the CPU's matrix kernel, so that scoring k tokens streams them once.
+
+On a CPU, `F.linear` hands a [k, d] x [d, n] product to oneDNN, which re-packs the weight matrix into its
+blocked layout on *every* call when k is small. For one token that is a few extra passes over memory; for
+k = 2..16 it can cost nearly twice a one-token pass, and the memory-bound physics the book teaches
+(scoring k tokens costs about as much as one) disappears behind the kernel. llama.cpp repacks its CPU
+weights at load time for the same reason. `prepack_for_cpu` does the same for a PyTorch model: every
+`nn.Linear` is swapped for a `PrepackedLinear` whose weight oneDNN packed once, at load time.
+
+Nothing changes on other devices, and `SPECDEC_PREPACK=0` (or `prepack=False` in the loaders) opts out.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+
+import torch
+from torch import nn
+
+_plain = False  # True inside `plain_path()`: every PrepackedLinear takes F.linear
+
+
+def prepack_available(device: torch.device | str = "cpu") -> bool:
+    """oneDNN's prepacked linear exists for this device (CPU builds of torch with mkldnn)."""
+    return (torch.device(device).type == "cpu" and torch.backends.mkldnn.is_available()
+            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
+
+
+def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:  # [..., in] -> [..., out]
+    """y = x W^T + b with W already in oneDNN's layout (from `torch.ops.mkldnn._reorder_linear_weight`)."""
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+class PackedWeight:
+    """oneDNN's copy of one weight matrix, re-made whenever the weight changes dtype, device or values.
+
+    Not a parameter or buffer: it never enters state_dict, and `model.to(...)` cannot convert it element by
+    element (that would scramble the blocked layout). `get` checks the weight's version counter, so an
+    in-place update of a tied embedding is seen at the next call.
+    """
+
+    def __init__(self, batch_hint: int = 8):
+        self.batch_hint, self.packed, self.key = batch_hint, None, None
+
+    def __deepcopy__(self, memo) -> PackedWeight:  # oneDNN's tensor cannot be copied: the copy packs afresh
+        return PackedWeight(self.batch_hint)
+
+    def __getstate__(self) -> dict:
+        return {"batch_hint": self.batch_hint, "packed": None, "key": None}
+
+    @torch.no_grad()
+    def get(self, weight: torch.Tensor) -> torch.Tensor | None:  # [out, in] -> packed, or None off the CPU
+        if _plain or weight.device.type != "cpu" or (torch.is_grad_enabled() and weight.requires_grad):
+            return None  # plain_path(), training, or another device: the caller takes the plain path
+        version = -1 if weight.is_inference() else weight._version  # inference tensors have no version counter
+        key = (weight.dtype, weight.data_ptr(), version)
+        if key != self.key:
+            try:
+                self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), self.batch_hint)
+            except RuntimeError:  # e.g. bfloat16 on a CPU without native bfloat16: keep the plain path
+                self.packed = None
+            self.key = key
+        return self.packed
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+           packed: PackedWeight | None) -> torch.Tensor:  # [..., in] -> [..., out]
+    """x W^T + b through oneDNN's packed copy of W where there is one, else through F.linear."""
+    w = packed.get(weight) if packed is not None else None
+    if w is None or x.dtype != weight.dtype:
+        return nn.functional.linear(x, weight, bias)
+    return packed_linear(x, w, bias)
+
+
+class PrepackedLinear(nn.Module):
+    """An `nn.Linear` whose weight oneDNN re-laid out once; the same y = x W^T + b.
+
+    `weight` and `bias` are the original parameters: a tied embedding stays tied, and state_dict is unchanged.
+    """
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight, self.bias = linear.weight, linear.bias
+        self.packed = PackedWeight()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., in] -> [..., out]
+        return linear(x, self.weight, self.bias, self.packed)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, prepacked for oneDNN"
+
+
+@contextlib.contextmanager
+def plain_path():
+    """Inside the block, prepacked layers compute through F.linear on their own weights (the same numbers):
+    for code that watches which weight tensors a pass touches (`lab.timing.weights_used`)."""
+    global _plain
+    before, _plain = _plain, True
+    try:
+        yield
+    finally:
+        _plain = before
+
+
+def prepack_for_cpu(model: nn.Module, enabled: bool | None = None) -> nn.Module:
+    """Swap every nn.Linear of a CPU model for a PrepackedLinear, in place; return the model.
+
+    enabled=None follows the environment (SPECDEC_PREPACK=0 turns it off). A model on any other device,
+    or a torch without oneDNN, is returned unchanged.
+    """
+    enabled = os.environ.get("SPECDEC_PREPACK", "1") != "0" if enabled is None else enabled
+    params = next(model.parameters(), None)
+    if not enabled or params is None or not prepack_available(params.device):
+        return model
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if type(child) is nn.Linear:
+                setattr(module, name, PrepackedLinear(child))
+        if hasattr(module, "prepack_weights"):  # a module that multiplies a weight itself (ReducedHead)
+            module.prepack_weights()
+    return model
+
+
+def unpack(model: nn.Module) -> nn.Module:
+    """Undo `prepack_for_cpu` in place (for code that looks for nn.Linear, e.g. quantisation); return the model."""
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, PrepackedLinear):
+                plain = nn.Linear(child.in_features, child.out_features, bias=child.bias is not None,
+                                  device="meta")
+                plain.weight, plain.bias = child.weight, child.bias
+                setattr(module, name, plain)
+        if getattr(module, "packed", None) is not None and isinstance(module.packed, PackedWeight):
+            module.packed = None
+    return model
+
+
+def kernel_path(model: nn.Module) -> str:
+    """Which matrix kernel the model's linear layers use, in words (for diagnose and the CLI)."""
+    params = next(model.parameters(), None)
+    device = params.device.type if params is not None else "cpu"
+    with torch.inference_mode():  # a weight oneDNN cannot pack (bfloat16 without native support) counts as plain
+        n_packed = sum(isinstance(m, PrepackedLinear) and m.packed.get(m.weight) is not None for m in model.modules())
+    n_plain = sum(isinstance(m, (nn.Linear, PrepackedLinear)) for m in model.modules()) - n_packed
+    if n_packed and not n_plain:
+        return f"oneDNN prepacked linears ({n_packed} layers, {params.dtype}, {device})"
+    if n_packed:
+        return f"mixed: {n_packed} prepacked, {n_plain} plain linears ({device})"
+    return f"plain F.linear ({params.dtype if params is not None else '?'}, {device})"

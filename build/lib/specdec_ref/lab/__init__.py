@@ -1,0 +1,1 @@
+"""Lab equipment: timing and the roofline, statistical tests, deliberately broken samplers and the benchmark."""

@@ -1,0 +1,286 @@
+"""Side-by-side benchmark: plain decoding, our speculative loop, Hugging Face assisted generation,
+and the speedup the Leviathan et al. formula predicts from the measured α and cost ratio c.
+
+Every method runs on the same prompts in the same process, interleaved prompt by prompt, so the
+ratios printed compare like with like on whatever else the machine is doing.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+
+from ..models import encode_chat
+from ..cache import CachedModel
+from ..device import seconds_since, start_timer, time_fn
+from ..drafters import TreeDrafter
+from ..generate import Generation, Stats, as_drafter, autoregressive_generate, speculative_generate
+from ..tree import TreeBudget
+from ..sampling import SamplingConfig
+from .speedup import predicted_speedup
+from .timing import forward_latency
+
+BENCH_PROMPTS = [  # chat prompts for benchmarks; none of them is in the draft's training prompts
+    "Explain why the sky is blue to a ten-year-old.",
+    "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+    "What are three tips for staying focused while studying?",
+    "Describe how a bicycle works.",
+    "Give me a simple recipe for tomato soup.",
+    "Why do cats purr?",
+    "Summarise the water cycle in a few sentences.",
+    "Write a friendly email inviting a colleague to lunch.",
+]
+
+
+@torch.inference_mode()
+def decode_step_seconds(model, input_ids: torch.Tensor, repeats: int = 20) -> float:
+    """Median time of one cached one-token decode step after a prompt of this length (device synchronised)."""
+    return forward_latency(model, 1, context_len=input_ids.shape[1], warmup=2, repeats=repeats).median
+
+
+@dataclass
+class Row:
+    """One line of a side-by-side table: a method's tokens and time summed over prompts."""
+    method: str  # what ran
+    tokens: int = 0  # new tokens produced, summed over prompts
+    seconds: float = 0.0  # wall time, summed over prompts
+    stats: Stats | None = None  # the speculative rows' iterations, merged over prompts (None for the others)
+
+    def add(self, out: Generation | tuple[int, float]) -> None:
+        """Add one prompt's result: a Generation, or (tokens, seconds) from a method that has no Stats."""
+        if isinstance(out, tuple):
+            self.tokens, self.seconds = self.tokens + out[0], self.seconds + out[1]
+            return
+        self.tokens, self.seconds = self.tokens + out.tokens.shape[0], self.seconds + out.stats.seconds
+        if out.stats.drafted:
+            self.stats = self.stats or Stats()
+            self.stats.accepted += out.stats.accepted
+            self.stats.drafted += out.stats.drafted
+            self.stats.target_calls += out.stats.target_calls
+            self.tree = self.tree or out.stats.tree
+
+    tree: bool = False  # a tree row: its α is not a chain's per-token acceptance, so the table shows τ only
+
+    @property
+    def tau(self) -> float | None:
+        """τ: new tokens per target forward pass (prefill included), for the speculative rows."""
+        return None if self.stats is None or not self.stats.target_calls else self.tokens / self.stats.target_calls
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds else float("nan")
+
+    @property
+    def alpha(self) -> float | None:
+        return None if self.stats is None or self.tree else self.stats.alpha
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return None if self.stats is None or self.tree else self.stats.acceptance_rate
+
+    def as_dict(self, base_tokens_per_second: float) -> dict:
+        return {"method": self.method, "tokens": self.tokens, "seconds": self.seconds,
+                "tokens_per_second": self.tokens_per_second, "alpha": self.alpha,
+                "acceptance_rate": self.acceptance_rate, "tau": self.tau,
+                "speedup_vs_plain": self.tokens_per_second / base_tokens_per_second}
+
+
+@torch.inference_mode()
+def draft_step_seconds(target, draft, input_ids: torch.Tensor, repeats: int = 20) -> float:
+    """Median time of one draft step (proposing one token after the prompt), for any drafter or draft model."""
+    drafter, tokens = as_drafter(draft), input_ids[0]
+    drafter.sync(0)
+    hidden = None
+    if drafter.wants_target_hidden:  # a feature drafter needs the target's features first
+        lm = CachedModel(target, keep_hidden=True)
+        lm.logits(tokens)
+        hidden = lm.hidden[:-1]  # [T-1, d]
+    drafter.sync(tokens.shape[0] - 1, hidden)
+    drafter.propose(tokens, 1, SamplingConfig(temperature=0))  # prefill, untimed
+
+    def step():
+        drafter.propose(tokens, 1, SamplingConfig(temperature=0))
+
+    timing = time_fn(step, input_ids.device, warmup=2, repeats=repeats,
+                     setup=lambda: drafter.sync(tokens.shape[0] - 1, hidden))  # forget the last token: one step each
+    drafter.sync(0)
+    return timing.median
+
+
+def cost_ratio(target, draft, input_ids: torch.Tensor, repeats: int = 20) -> float:
+    """c = one draft step / one cached target decode step, after a prompt of this length."""
+    return draft_step_seconds(target, draft, input_ids, repeats) / decode_step_seconds(target, input_ids, repeats)
+
+
+@contextlib.contextmanager
+def forward_seconds(*modules: torch.nn.Module):
+    """Inside the block, count the calls of each module and the seconds spent in them (device synchronised).
+
+    Yields {"seconds": float, "calls": [int per module]}. Pass modules that never call each other (a model's
+    body and its LM head, say): the loop's overhead is then the block's wall time minus "seconds".
+    """
+    record, starts, handles = {"seconds": 0.0, "calls": [0] * len(modules)}, {}, []
+    device = next(modules[0].parameters()).device
+
+    def pre(i):
+        def hook(module, args, kwargs=None):
+            starts[i] = start_timer(device)
+        return hook
+
+    def post(i):
+        def hook(module, args, output):
+            record["seconds"] += seconds_since(starts.pop(i), device)
+            record["calls"][i] += 1
+        return hook
+
+    for i, m in enumerate(modules):
+        handles += [m.register_forward_pre_hook(pre(i)), m.register_forward_hook(post(i))]
+    try:
+        yield record
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def run_interleaved(methods: dict[str, Callable], encoded: list[torch.Tensor], progress=print,
+                    warmup: bool = True) -> dict[str, Row]:
+    """Run every method on every prompt, prompt by prompt, so that background load hits every method alike.
+
+    A method returns a Generation, or (new tokens, seconds) if it is not ours (Hugging Face's).
+    """
+    for run in methods.values() if warmup else ():  # warm-up: first calls allocate and load kernels
+        run(encoded[0][:, :8])
+    rows = {name: Row(name) for name in methods}
+    for i, ids in enumerate(encoded):
+        for name, run in methods.items():
+            rows[name].add(run(ids))
+        progress(f"prompt {i + 1}/{len(encoded)} done")
+    return rows
+
+
+def hf_generate(target, ids, max_new_tokens, sampling, generator, *, keep: list | None = None,
+                **assist) -> tuple[int, float]:  # [1, T] ->
+    """Hugging Face `generate` (plain, or assisted with `assistant_model=`), timed -> (new tokens, seconds).
+
+    keep: a list to append the new tokens [n_new] to (chapter 6 compares them with ours token for token).
+    """
+    kwargs = dict(max_new_tokens=max_new_tokens, min_new_tokens=0, do_sample=not sampling.greedy,
+                  pad_token_id=target.config.eos_token_id, attention_mask=torch.ones_like(ids))
+    if not sampling.greedy:
+        kwargs.update(temperature=sampling.temperature, top_k=sampling.top_k or 0, top_p=sampling.top_p or 1.0)
+        torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=generator, device=generator.device)))  # HF uses the global RNG
+    t0 = start_timer(ids.device)
+    out = target.generate(ids, **kwargs, **assist)
+    seconds = seconds_since(t0, ids.device)
+    if keep is not None:
+        keep.append(out[0, ids.shape[1]:])  # [1, T + n_new] -> [n_new]
+    return out.shape[1] - ids.shape[1], seconds
+
+
+def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: int = 64, gamma: int = 4,
+              sampling: SamplingConfig = SamplingConfig(temperature=0), seed: int = 0, hf: bool = True,
+              progress=print, hf_draft=None, tree: TreeBudget | None = None) -> dict:
+    """Run every method on every prompt (interleaved) and return the table as a dict (see `format_table`).
+
+    A drafter that can grow trees also gets a dynamic-tree row: `tree`, else its `default_tree`, else TreeBudget().
+
+    The speedup column divides by the faster of our plain loop and Hugging Face's plain `generate`: a
+    speedup over a slow baseline is not a speedup. `hf_draft` is the causal LM for Hugging Face's assisted
+    rows (default: `draft` itself when it is a model).
+    """
+    hf_draft = hf_draft if hf_draft is not None else (draft if isinstance(draft, torch.nn.Module) else None)
+    eos = tokenizer.eos_token_id
+    device = next(target.parameters()).device
+    encoded = [encode_chat(tokenizer, p, device) for p in prompts]
+    g = torch.Generator(device=device).manual_seed(seed)
+    opts = dict(sampling=sampling, generator=g, eos_token_id=eos)
+    methods = {
+        "plain (target only)": lambda ids: autoregressive_generate(target, ids, max_new_tokens, **opts),
+        f"speculative, ours (γ={gamma})": lambda ids: speculative_generate(target, draft, ids, max_new_tokens,
+                                                                            gamma=gamma, **opts),  # a chain
+    }
+    drafter = as_drafter(draft)
+    if isinstance(drafter, TreeDrafter):
+        budget = tree or drafter.default_tree or TreeBudget()
+        methods[f"speculative, ours (dynamic tree {budget.depth}/{budget.topk}/{budget.n_nodes})"] = (
+            lambda ids: speculative_generate(target, drafter, ids, max_new_tokens, tree=budget, **opts))
+    if hf:
+        methods["HF generate, plain"] = lambda ids: hf_generate(target, ids, max_new_tokens, sampling, g)
+    if hf and hf_draft is not None:  # Hugging Face assisted generation needs a causal LM as its draft
+        methods["HF assisted, its defaults"] = lambda ids: hf_generate(target, ids, max_new_tokens, sampling, g,
+                                                                       assistant_model=hf_draft)
+        methods[f"HF assisted, γ={gamma} constant"] = lambda ids: hf_generate(
+            target, ids, max_new_tokens, sampling, g, assistant_model=hf_draft, num_assistant_tokens=gamma,
+            num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
+    rows = run_interleaved(methods, encoded, progress)
+    spec = rows[f"speculative, ours (γ={gamma})"]
+    alpha = spec.alpha if spec.alpha is not None else float("nan")
+    c = cost_ratio(target, draft, encoded[0])
+    base = max(rows[name].tokens_per_second for name in ("plain (target only)", "HF generate, plain") if name in rows)
+    return {
+        "settings": {"max_new_tokens": max_new_tokens, "gamma": gamma, "sampling": asdict(sampling),
+                     "prompts": len(prompts), "seed": seed, "device": str(device),
+                     "torch_threads": torch.get_num_threads(), "dtype": str(target.dtype).removeprefix("torch."),
+                     "draft": type(draft).__name__},
+        "rows": [r.as_dict(base) for r in rows.values()],
+        "alpha": alpha, "cost_ratio_c": c,
+        "predicted_speedup": predicted_speedup(alpha, gamma, c) if alpha == alpha else float("nan"),
+    }
+
+
+def format_table(result: dict) -> str:
+    """A Markdown table of the benchmark, ending with the formula's prediction."""
+    lines = ["| method | tokens | seconds | tokens/s | speedup vs plain | τ per target pass | accepted / drafted | "
+             "α per token |", "|---|---:|---:|---:|---:|---:|---:|---:|"]  # speedup: over the faster plain row
+    for r in result["rows"]:
+        a = "" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.2f}"
+        al = "" if r["alpha"] is None else f"{r['alpha']:.2f}"
+        tau = "" if r.get("tau") is None else f"{r['tau']:.2f}"
+        lines.append(f"| {r['method']} | {r['tokens']} | {r['seconds']:.2f} | {r['tokens_per_second']:.1f} | "
+                     f"{r['speedup_vs_plain']:.2f}× | {tau} | {a} | {al} |")
+    s = result["settings"]
+    lines.append(f"| predicted by (1-α^(γ+1))/((1-α)(γc+1)), α={result['alpha']:.2f}, c={result['cost_ratio_c']:.3f}, "
+                 f"γ={s['gamma']} (chain) | | | | {result['predicted_speedup']:.2f}× | | | |")
+    return "\n".join(lines)
+
+
+def save_json(result: dict, path: str) -> None:
+    with open(path, "w") as f:
+        json.dump(result, f, indent=2)
+
+
+def plot_bench(result: dict, path: str | None = None):
+    """The side-by-side figure: each method's speedup over the faster plain row, and the formula's prediction.
+
+    Bars are measured (from `run_bench` or its JSON); the hatched bar is the Leviathan et al. prediction from the
+    run's α and c. Written to `path` (PNG, SVG, ... by its suffix) when given. -> the matplotlib Figure.
+    """
+    from matplotlib.figure import Figure  # no pyplot: works without a display, in the CLI and in notebooks
+    rows = result["rows"]
+    labels = [r["method"] for r in rows] + ["predicted (textbook formula)"]
+    values = [r["speedup_vs_plain"] for r in rows] + [result["predicted_speedup"]]
+    colors = ["grey" if r["method"].startswith(("plain", "HF generate, plain")) else
+              ("C1" if r["method"].startswith("HF") else "C0") for r in rows] + ["white"]
+    fig = Figure(figsize=(7.5, 0.5 * len(labels) + 1.4))
+    ax = fig.subplots()
+    bars = ax.barh(range(len(labels)), values, color=colors, edgecolor="black")
+    bars[-1].set_hatch("//")
+    for i, v in enumerate(values):
+        ax.text(v, i, f" {v:.2f}×", va="center", fontsize=10)
+    ax.axvline(1, color="black", lw=1, ls="--")
+    ax.set_yticks(range(len(labels)), labels, fontsize=10)
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(values + [1.0]) * 1.25)
+    s = result["settings"]
+    ax.set_xlabel(f"speedup over the faster plain row (×), {s.get('prompts', '?')} prompts × "
+                  f"{s.get('max_new_tokens', '?')} tokens, {s.get('device', '?')}")
+    best = max(rows, key=lambda r: r["speedup_vs_plain"])
+    ax.set_title(f"Fastest: {best['method']} at {best['speedup_vs_plain']:.2f}× plain decoding", fontsize=11)
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=120)
+    return fig

@@ -1,0 +1,142 @@
+"""Deliberately wrong samplers, kept so that the tests (and chapter 3) can show they have power.
+
+Each one is a small, plausible-looking mistake. A statistical test that cannot tell these
+apart from `verify` proves nothing about `verify`.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Callable
+
+import torch
+
+from ..sampling import SamplingConfig, logits_to_probs, sample
+from ..generate import speculative_step as reference_step  # the package's step, whatever `using_step` swaps in
+from ..verify import residual
+
+
+def verify_without_residual(draft_tokens, draft_probs, target_probs, generator=None):
+    """Bug: after a rejection, resample from p_target instead of the residual (double-counts accepted mass)."""
+    for i in range(draft_tokens.shape[0]):
+        x = draft_tokens[i]
+        u = torch.rand((), generator=generator, device=target_probs.device, dtype=target_probs.dtype)
+        if u * draft_probs[i, x] < target_probs[i, x]:
+            continue
+        return i, sample(target_probs[i], generator)
+    return draft_tokens.shape[0], sample(target_probs[-1], generator)
+
+
+def verify_argmax(draft_tokens, draft_probs, target_probs, generator=None):
+    """Bug: accept a sampled draft token only if it is the target's argmax, else take the argmax.
+
+    Correct for greedy decoding; wrong for sampling (it collapses the output towards the mode).
+    """
+    for i in range(draft_tokens.shape[0]):
+        best = target_probs[i].argmax()
+        if draft_tokens[i] != best:
+            return i, best[None]
+    return draft_tokens.shape[0], sample(target_probs[-1], generator)
+
+
+def verify_target_off_by_one(draft_tokens, draft_probs, target_probs, generator=None):
+    """Bug: compare draft token i with the target row i + 1 (the distribution one position too late)."""
+    shifted = torch.cat([target_probs[1:], target_probs[-1:]])  # [γ+1, V], rows moved up by one
+    for i in range(draft_tokens.shape[0]):
+        x = draft_tokens[i]
+        u = torch.rand((), generator=generator, device=target_probs.device, dtype=target_probs.dtype)
+        if u * draft_probs[i, x] < shifted[i, x]:
+            continue
+        return i, sample(residual(shifted[i], draft_probs[i]), generator)
+    return draft_tokens.shape[0], sample(target_probs[-1], generator)
+
+
+class DraftProcessedDifferently:
+    """Bug: the draft samples from one processing of its logits, but verify is told another.
+
+    Wraps a ModelDrafter-like drafter: it proposes with `actual` sampling (e.g. temperature 1, no top-p)
+    while the loop believes the draft used the same SamplingConfig as the target.
+    """
+
+    def __init__(self, drafter, actual: SamplingConfig):
+        self.drafter, self.actual = drafter, actual
+        self.vocab_size, self.default_gamma = drafter.vocab_size, drafter.default_gamma
+        self.wants_target_hidden = False
+
+    @property
+    def calls(self):
+        return self.drafter.calls
+
+    @property
+    def n_cached(self):
+        return self.drafter.n_cached
+
+    def propose(self, context_ids, gamma, sampling, generator=None):
+        tokens, _ = self.drafter.propose(context_ids, gamma, self.actual, generator)
+        if gamma == 0:
+            return tokens, _
+        # recompute the probabilities the loop will see with the *loop's* config: the mismatch is the bug
+        logits = self.drafter.lm.model(input_ids=torch.cat([context_ids, tokens])[None]).logits[0]
+        return tokens, logits_to_probs(logits[-gamma - 1:-1], sampling)
+
+    def sync(self, n_kept, target_hidden=None):
+        self.drafter.sync(n_kept, target_hidden)
+
+
+@contextlib.contextmanager
+def swapped(name: str, fn: Callable):
+    """Replace `specdec_ref.generate.<name>` by fn inside the block (tests, chapter 3 and the checkers only)."""
+    from .. import generate
+    original = getattr(generate, name)
+    setattr(generate, name, fn)
+    try:
+        yield
+    finally:
+        setattr(generate, name, original)
+
+
+def using_verify(fn: Callable):
+    """Run `speculative_generate` with a different verify function inside the block."""
+    return swapped("verify", fn)
+
+
+def verify_late_without_residual(draft_tokens, draft_probs, target_probs, generator=None, first_wrong: int = 2):
+    """Bug that hides at the front: correct for draft positions 0 and 1, no residual from position 2 on.
+
+    A test that only ever drafts one or two tokens cannot see it; the sequence-level tests must.
+    """
+    for i in range(draft_tokens.shape[0]):
+        x = draft_tokens[i]
+        u = torch.rand((), generator=generator, device=target_probs.device, dtype=target_probs.dtype)
+        if u * draft_probs[i, x] < target_probs[i, x]:
+            continue
+        wrong = i >= first_wrong
+        return i, sample(target_probs[i] if wrong else residual(target_probs[i], draft_probs[i]), generator)
+    return draft_tokens.shape[0], sample(target_probs[-1], generator)
+
+
+def using_step(fn: Callable):
+    """Run `speculative_generate` with a different `speculative_step` inside the block (the capstone's checker)."""
+    return swapped("speculative_step", fn)
+
+
+def step_with_verify(verify_fn: Callable) -> Callable:
+    """The package's `speculative_step` with another verify inside it: a broken step for each broken verify above."""
+    def step(target_lm, drafter, tokens, gamma, sampling, generator):  # [T] -> ([T + n + 1], Step)
+        with using_verify(verify_fn):
+            return reference_step(target_lm, drafter, tokens, gamma, sampling, generator)
+    step.__name__ = f"step_with_{verify_fn.__name__}"
+    return step
+
+
+def step_target_unprocessed(target_lm, drafter, tokens, gamma, sampling, generator):  # [T] -> ([T + n + 1], Step)
+    """Bug: the target's logits go through a plain softmax (no temperature, top-k, top-p) while the draft's are processed.
+
+    The draft and the target are then processed differently, the mistake behind Hugging Face bugs #32867 and #47932.
+    """
+    from .. import generate
+    original = generate.logits_to_probs
+    generate.logits_to_probs = lambda logits, _sampling: logits.softmax(-1)  # [k, V] -> [k, V], ignores `sampling`
+    try:
+        return reference_step(target_lm, drafter, tokens, gamma, sampling, generator)
+    finally:
+        generate.logits_to_probs = original

@@ -1,0 +1,91 @@
+"""Comparing drafts of one target (chapter 5): α along the target's own answers for any drafter, then one row
+per draft with its cost ratio c, its best γ and the speedup it really gives."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..cache import CachedModel
+from ..generate import as_drafter, autoregressive_generate
+from ..sampling import SamplingConfig, logits_to_probs
+from .bench import cost_ratio
+from .speedup import best_gamma
+
+T1 = SamplingConfig(temperature=1.0)
+
+
+@torch.inference_mode()
+def target_answers(target, encoded: list[torch.Tensor], max_new_tokens: int, eos_token_id=None
+                   ) -> list[tuple[torch.Tensor, int]]:  # [1, T] each -> [(prompt + answer [T + n], T)]
+    """The target's greedy answers, with their prompts: the text every draft is scored along."""
+    out = []
+    for ids in encoded:
+        new = autoregressive_generate(target, ids, max_new_tokens, sampling=SamplingConfig(0),
+                                      eos_token_id=eos_token_id).tokens
+        out.append((torch.cat([ids[0], new]), ids.shape[1]))
+    return out
+
+
+@torch.inference_mode()
+def alpha_along(target, draft, sequences: list[tuple[torch.Tensor, int]]) -> tuple[float, float, float]:
+    """Teacher-forced α of any drafter along the target's answers -> (α greedy, α at T=1, fraction proposed).
+
+    At every answer position the drafter proposes one token from the true context. Greedy: accepted iff it is
+    the target's argmax. T=1: accepted with probability Σ_x min(target_probs, draft_probs) (chapter 3).
+    Positions where the drafter proposes nothing (prompt lookup with no match) cost nothing and are not counted.
+    """
+    drafter = as_drafter(draft)
+    hits = overlap = n = positions = 0.0
+    for seq, n_prompt in sequences:  # seq [T]
+        logits = target(input_ids=seq[None]).logits[0].float()  # [T, V]
+        feats = None
+        if drafter.wants_target_hidden:  # an EAGLE-style drafter reads the target's features
+            lm = CachedModel(target, keep_hidden=True)
+            lm.logits(seq)
+            feats = lm.hidden  # [T, d]
+        drafter.sync(0)
+        for t in range(n_prompt, seq.shape[0]):  # propose token t from seq[:t]
+            drafter.sync(t - 1, feats[:t - 1] if feats is not None else None)
+            tokens, draft_probs = drafter.propose(seq[:t], 1, T1)  # [≤1], [≤1, V]
+            positions += 1
+            if tokens.shape[0] == 0:
+                continue
+            target_probs = logits_to_probs(logits[t - 1], T1)  # [V]
+            hits += float(draft_probs[0].argmax() == target_probs.argmax())  # greedy: the draft's argmax
+            overlap += float(torch.minimum(target_probs, draft_probs[0].to(target_probs.dtype)).sum())
+            n += 1
+        drafter.sync(0)
+    return (hits / n, overlap / n, n / positions) if n else (float("nan"), float("nan"), 0.0)
+
+
+@dataclass
+class DraftRow:
+    """One draft on the (α, c) plane, with the γ the textbook formula picks and the speedup measured there."""
+    name: str  # which draft
+    alpha_greedy: float  # teacher-forced α, greedy
+    alpha_t1: float  # teacher-forced α at T=1 (1 - total variation)
+    coverage: float  # fraction of positions where it proposed anything (1 for model drafts)
+    c: float  # one draft step / one target step
+    gamma: int = 1  # best γ by the textbook formula (greedy α); 1 where none pays off
+    predicted: float = 1.0  # the textbook speedup at that γ
+    measured: float | None = None  # measured speedup over plain greedy decoding at that γ
+
+
+def draft_row(name: str, target, draft, sequences, calibration: torch.Tensor, repeats: int = 10,
+              gamma_max: int = 8) -> DraftRow:
+    """α (greedy and T=1), c and the best γ of one draft; `measured` is filled in by the caller's timed run."""
+    a_greedy, a_t1, coverage = alpha_along(target, draft, sequences)
+    c = cost_ratio(target, draft, calibration, repeats)
+    gamma, s = best_gamma(min(a_greedy, 1.0), c, gamma_max=gamma_max)
+    return DraftRow(name, a_greedy, a_t1, coverage, c, gamma if s > 1 else 1, s if s > 1 else
+                    best_gamma(min(a_greedy, 1.0), c, gamma_max=1)[1])
+
+
+def launch_bound_step(n_ops: int, weight_bytes: int, bandwidth: float, launch_seconds: float = 5e-6) -> float:
+    """A decode step on a GPU, on paper: one kernel launch per torch operation, plus the weights at full bandwidth.
+
+    A rough model for small models (each kernel costs at least a launch, whatever data it touches): use it
+    where no GPU is present, with the operation count measured here and a spec-sheet bandwidth.
+    """
+    return n_ops * launch_seconds + weight_bytes / bandwidth

@@ -1,0 +1,78 @@
+"""How often the feature head's top-k guesses contain the target's token, at each draft depth.
+
+A tree keeps a drafted path only if, at every depth, the target's token is among the children drafted there.
+`coverage_by_depth` measures exactly that ingredient, along the target's own greedy answers: at every answer
+position the head drafts from the true context (real target features), then goes `depth` steps further, fed
+its *own* guessed features (as when drafting) and the *true* tokens (so that depth d is judged on the path the
+target really took). coverage[d][k] = P(the target's token at depth d is in the head's top k).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+from ..cache import CachedModel
+from ..generate import autoregressive_generate
+from ..sampling import SamplingConfig
+
+
+@dataclass
+class Coverage:
+    ks: tuple[int, ...]  # the k of coverage@k
+    by_depth: list[dict[int, float]]  # by_depth[d - 1][k]: P(target token in the head's top k at depth d)
+    path: list[dict[int, float]]  # path[d - 1][k]: P(every depth 1..d in the top k): what a k-ary tree keeps
+    positions: int  # answer positions measured (at depth 1)
+
+    def table(self) -> str:
+        head = "depth | " + " | ".join(f"top-{k}" for k in self.ks) + " | path top-" + str(self.ks[-1])
+        rows = [f"{d + 1:5d} | " + " | ".join(f"{row[k]:.2f}" for k in self.ks) + f" | {self.path[d][self.ks[-1]]:.2f}"
+                for d, row in enumerate(self.by_depth)]
+        return "\n".join([head, *rows])
+
+
+@torch.inference_mode()
+def coverage_by_depth(target, head, sequences: list[tuple[torch.Tensor, int]], depth: int = 4,
+                      ks: tuple[int, ...] = (1, 2, 4, 8)) -> Coverage:
+    """Coverage@k per depth of a `FeatureHead` along sequences [(ids [L], n_prompt)] (see the module docstring)."""
+    if depth < 1 or not ks or min(ks) < 1:
+        raise ValueError(f"need depth >= 1 and ks of positive integers, got depth={depth}, ks={ks}")
+    hits = [[0] * len(ks) for _ in range(depth)]
+    path_hits = [[0] * len(ks) for _ in range(depth)]
+    reached = [0] * depth
+    for seq, n_prompt in sequences:
+        lm = CachedModel(target, keep_hidden=True)
+        lm.logits(seq)
+        hidden = lm.hidden  # [L, d] the target's final hidden states
+        cache, n_fed, L = DynamicCache(), 0, seq.shape[0]
+        for t in range(max(n_prompt, 2), L):  # predict seq[t] from seq[:t]
+            f = head(hidden[n_fed:t - 1][None], seq[n_fed + 1:t][None], cache)[0, -1]  # [d] guess of h_{t-1}
+            n_fed, fed, alive = t - 1, 0, [True] * len(ks)
+            for d in range(min(depth, L - t)):
+                top = head.logits(f).topk(max(ks)).indices  # [max k]
+                rank_ok = [bool((top[:k] == seq[t + d]).any()) for k in ks]
+                reached[d] += 1
+                for i, ok in enumerate(rank_ok):
+                    hits[d][i] += ok
+                    alive[i] = alive[i] and ok
+                    path_hits[d][i] += alive[i]
+                if d + 1 < min(depth, L - t):  # its own feature, the true token: one step deeper
+                    f = head(f[None, None], seq[t + d][None, None], cache)[0, 0]
+                    fed += 1
+            if fed:
+                cache.crop(-fed)  # only pairs of real target features stay
+    by_depth = [{k: h / r if r else float("nan") for k, h in zip(ks, row)} for row, r in zip(hits, reached)]
+    path = [{k: h / r if r else float("nan") for k, h in zip(ks, row)} for row, r in zip(path_hits, reached)]
+    return Coverage(tuple(ks), by_depth, path, reached[0])
+
+
+def greedy_answers(target, encoded: list[torch.Tensor], max_new_tokens: int,
+                   eos_token_id=None) -> list[tuple[torch.Tensor, int]]:
+    """The target's greedy answers to prompts [1, T] -> [(prompt + answer [L], T)], for `coverage_by_depth`."""
+    out = []
+    for ids in encoded:
+        new = autoregressive_generate(target, ids, max_new_tokens, sampling=SamplingConfig(0),
+                                      eos_token_id=eos_token_id).tokens
+        out.append((torch.cat([ids[0], new]), ids.shape[1]))
+    return out

@@ -1,0 +1,357 @@
+"""Will speculative decoding pay off for this pair, on this device? Measure, predict, measure again, say why.
+
+    python -m specdec_ref diagnose --pair offline --prompts 4 --json diagnose.json
+
+`measure` collects everything the generalised speedup formula (lab/speedup) needs: the per-token
+acceptance α (and per draft position), the cost ratio c, the verify cost t(k)/t(1) for k = 1..γ_max+1
+and the loop's overhead per iteration. `verdict` turns those numbers into a recommendation in plain
+words, and blames one factor when speculation cannot pay off. `diagnose` does both, then measures the
+real speedup at the recommended γ, so the prediction is checked on the spot.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field, replace
+
+import torch
+
+from ..cache import CachedModel, vocab_size
+from ..device import synchronize
+from ..drafters import TreeDrafter
+from ..generate import Step, as_drafter, autoregressive_generate, speculative_generate
+from ..kernels import kernel_path
+from ..sampling import SamplingConfig
+from .bench import Row, draft_step_seconds, run_interleaved
+from .speedup import best_gamma, predicted_speedup, speedup_by_gamma
+from .timing import latency_curve
+from ..tree import TreeBudget
+
+BLAME = {  # the factor that keeps speculation from paying off -> what to tell the reader
+    "alpha": "α is too low: the draft agrees with the target too rarely (a better-aligned or distilled draft)",
+    "draft_cost": "the draft is too costly: each draft step costs a large share of a target step "
+                  "(a shallower or narrower draft, or prompt lookup)",
+    "verify_cost": "verifying is too costly: scoring γ+1 tokens costs much more than one token on this device "
+                   "(compute-bound small-batch kernels; a GPU, or bfloat16, flattens t(k))",
+    "overhead": "the loop's overhead is too high: per-iteration work outside the forward passes "
+                "(sampling, bookkeeping, Python) eats the gain",
+}
+
+
+@dataclass
+class Measurements:
+    """What the generalised formula needs, measured for one pair, prompt set and device."""
+    alpha: float  # per-token acceptance α (accepted / examined) at the calibration γ
+    c: float  # one draft step / one target step (cached one-token passes)
+    verify_cost: list[float]  # t(k)/t(1) for k = 1, 2, ..., γ_max + 1
+    overhead: float  # loop time per iteration beyond the model passes, in target steps
+    alpha_per_position: list[float] = field(default_factory=list)  # acceptance at draft position 1, 2, ...
+    step_seconds: float = float("nan")  # t(1): one cached target step, seconds
+    kernel_path: str = ""  # which matrix kernel the target's linear layers use (kernels.kernel_path)
+
+    @property
+    def overhead_ms(self) -> float:
+        """The loop overhead o per iteration in milliseconds (overhead is in units of t(1))."""
+        return self.overhead * self.step_seconds * 1e3
+
+    @property
+    def gamma_max(self) -> int:
+        return len(self.verify_cost) - 1
+
+
+@dataclass
+class Verdict:
+    best_gamma: int  # the γ with the highest predicted speedup
+    predicted_speedup: float  # at best_gamma, from the generalised formula
+    pays_off: bool  # predicted speedup > 1
+    blame: str | None  # None, or a key of BLAME: the factor that keeps it from paying off
+    message: str  # the same, in plain words
+
+
+def verdict(m: Measurements) -> Verdict:
+    """Recommend a γ, or say that speculation will not pay off and which factor is to blame."""
+    gamma, s = best_gamma(m.alpha, m.c, m.verify_cost, m.overhead, m.gamma_max)
+    if s > 1:
+        return Verdict(gamma, s, True, None, f"Use γ = {gamma}: predicted speedup {s:.2f}× "
+                       f"(α = {m.alpha:.2f}, c = {m.c:.3f}, t({gamma + 1})/t(1) = {m.verify_cost[gamma]:.2f}).")
+    g_text, s_text = best_gamma(m.alpha, m.c, gamma_max=m.gamma_max)  # free verification, no overhead
+    if s_text <= 1:  # even the textbook formula says no: α <= c (section "When does it pay off?")
+        blame = "draft_cost" if m.c >= 0.5 else "alpha"
+    else:  # the textbook says yes, so the measured costs take the gain away: blame the larger one
+        extra_verify = m.verify_cost[g_text] - 1
+        blame = "verify_cost" if extra_verify >= m.overhead else "overhead"
+    return Verdict(gamma, s, False, blame, f"Speculation will not pay off here: at best {s:.2f}× (γ = {gamma}). "
+                   f"To blame: {BLAME[blame]}. Measured α = {m.alpha:.2f}, c = {m.c:.3f}, "
+                   f"t(2)/t(1) = {m.verify_cost[1]:.2f}, overhead = {m.overhead:.3f} target steps.")
+
+
+def position_acceptance(accepted: list[int], drafted: list[int]) -> tuple[list[int], list[int]]:
+    """Per draft position 1..γ: (times accepted, times examined), from `Stats.accepted` and `Stats.drafted`.
+
+    Position i is examined when positions < i were all accepted; an iteration that accepted n of d
+    draft tokens examined positions 1..min(n + 1, d) and accepted positions 1..n.
+    """
+    n = max(drafted, default=0)
+    acc, exam = [0] * n, [0] * n
+    for a, d in zip(accepted, drafted):
+        for i in range(min(a + 1, d)):
+            exam[i] += 1
+            acc[i] += i < a
+    return acc, exam
+
+
+def timed_steps(target, drafter, ids: torch.Tensor, max_new_tokens: int, gamma: int, sampling: SamplingConfig,
+                generator: torch.Generator, eos_token_id=None) -> list[tuple[Step, float]]:
+    """One speculative generation; every iteration with the seconds since the previous one ended."""
+    out, last = [], [None]
+
+    def on_step(step: Step) -> None:
+        synchronize(ids.device)
+        now = time.perf_counter()
+        out.append((step, float("nan") if last[0] is None else now - last[0]))  # the first includes the prefill
+        last[0] = now
+
+    speculative_generate(target, drafter, ids, max_new_tokens, gamma=gamma, sampling=sampling, generator=generator,
+                         eos_token_id=eos_token_id, on_step=on_step)
+    return out
+
+
+class NoDraft:
+    """A drafter that proposes nothing: each iteration is one plain target step, timed by the same loop."""
+    default_gamma, wants_target_hidden, calls, n_cached = 1, False, 0, 0
+
+    def __init__(self, vocab_size: int):
+        self.vocab_size = vocab_size
+
+    def propose(self, context_ids, gamma, sampling, generator=None):  # [T] -> ([0], [0, V])
+        return context_ids[:0], torch.empty(0, self.vocab_size, device=context_ids.device)
+
+    def sync(self, n_kept: int, target_hidden: torch.Tensor | None = None) -> None:
+        pass
+
+
+def cost_ratios(target, draft, ks: range, context_len: int, rounds: int = 5) -> tuple[list[float], float, float]:
+    """(t(k)/t(1) for k in ks, c, t(1) in seconds), each the median over rounds of one round's ratio.
+
+    Every round times the target at every k and the draft at k = 1 back to back, so a burst of
+    background load lands on numerator and denominator alike.
+    """
+    per_round = []
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, vocab_size(target), (1, context_len), generator=g).to(next(target.parameters()).device)
+    for r in range(rounds):
+        curve = latency_curve(target, ks, context_len=context_len, warmup=int(r == 0), repeats=1)
+        t_draft = draft_step_seconds(target, draft, ids, repeats=3)  # any drafter: a model, a feature head, a lookup
+        per_round.append(([curve.cost_ratio(k) for k in ks], t_draft / curve.median(1), curve.median(1)))
+    verify = [statistics.median([v[i] for v, _, _ in per_round]) for i in range(len(ks))]
+    return verify, statistics.median([c for _, c, _ in per_round]), statistics.median([t for _, _, t in per_round])
+
+
+def measure(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, calibration_gamma: int | None = None,
+            max_new_tokens: int = 64, sampling: SamplingConfig = SamplingConfig(temperature=0), seed: int = 0,
+            rounds: int = 5, eos_token_id=None) -> Measurements:
+    """Measure t(k)/t(1) and c with cached passes, then α and the overhead from the loop at the calibration γ.
+
+    The overhead is what an iteration costs beyond γc + t(γ+1)/t(1), in units of one step of the same loop
+    with an empty draft (plain decoding), timed on the same prompt right before and right after: a ratio
+    of neighbouring timings, so it survives a machine whose speed drifts with other people's jobs.
+    """
+    if gamma_max < 1:
+        raise ValueError(f"gamma_max must be >= 1, got {gamma_max}")
+    gamma = calibration_gamma or min(gamma_max, 4)
+    context = int(sum(ids.shape[1] for ids in encoded) / len(encoded)) + max_new_tokens // 2  # a typical length
+    verify_cost, c, t1 = cost_ratios(target, draft, range(1, gamma_max + 2), context, rounds)
+    g = torch.Generator(device=encoded[0].device).manual_seed(seed)
+    steps, overheads = [], []
+    def plain_step(ids) -> float:  # seconds per step of the loop with an empty draft, prefill excluded
+        dts = [dt for _, dt in timed_steps(target, NoDraft(vocab_size(target)), ids, max_new_tokens, 1, sampling, g, eos_token_id)]
+        return statistics.median(dts[1:] or dts)
+
+    for ids in encoded:  # plain, speculative, plain: the two plain runs bracket the one they are the unit of
+        before = plain_step(ids)
+        spec = timed_steps(target, as_drafter(draft), ids, max_new_tokens, gamma, sampling, g, eos_token_id)
+        step_loop = (before + plain_step(ids)) / 2
+        for s, dt in spec[1:]:  # the first iteration includes the prefill
+            d = s.draft_tokens.shape[0]
+            overheads.append(dt / step_loop - d * c - verify_cost[d])
+        steps += [s for s, _ in spec]
+    accepted, drafted = [s.n_accepted for s in steps], [s.draft_tokens.shape[0] for s in steps]
+    acc, exam = position_acceptance(accepted, drafted)
+    return Measurements(alpha=sum(acc) / sum(exam) if sum(exam) else float("nan"), c=c, verify_cost=verify_cost,
+                        overhead=statistics.median(overheads) if overheads else 0.0,  # median: robust to load bursts
+                        alpha_per_position=[a / e if e else float("nan") for a, e in zip(acc, exam)],
+                        step_seconds=t1, kernel_path=kernel_path(target))
+
+
+def measure_speedups(target, drafters: dict, encoded: list[torch.Tensor], max_new_tokens: int,
+                     sampling: SamplingConfig, seed: int = 0, eos_token_id=None, progress=None) -> dict[str, Row]:
+    """Plain decoding and each named (drafter, γ or {"gamma": γ} or {"tree": TreeBudget}), interleaved prompt by
+    prompt; rows of tokens and seconds.
+
+    Read a speedup as rows[name].tokens_per_second / rows["plain"].tokens_per_second.
+    """
+    g = torch.Generator(device=encoded[0].device).manual_seed(seed)
+    opts = dict(sampling=sampling, generator=g, eos_token_id=eos_token_id)
+
+    def methods(n: int) -> dict:  # every method, generating n new tokens
+        runs = {"plain": lambda ids: autoregressive_generate(target, ids, n, **opts)}
+        for name, (drafter, how) in drafters.items():
+            how = how if isinstance(how, dict) else dict(gamma=how)
+            runs[name] = (lambda d, hw: lambda ids: speculative_generate(target, d, ids, n, **hw, **opts)
+                          )(drafter, how)
+        return runs
+
+    for run in methods(4).values():  # a short warm-up: first calls allocate and load kernels
+        run(encoded[0])
+    return run_interleaved(methods(max_new_tokens), encoded, progress or (lambda _: None), warmup=False)
+
+
+TREE_BUDGETS = (TreeBudget(2, 2, 4), TreeBudget(3, 3, 8), TreeBudget(4, 4, 12), TreeBudget(5, 4, 16))
+
+
+def method_taus(target, drafter, encoded: list[torch.Tensor], methods: dict, max_new_tokens: int,
+                sampling: SamplingConfig, seed: int = 0, eos_token_id=None) -> dict[str, float]:
+    """τ, new tokens per target pass (the prefill's pass included), of each method {name: dict(gamma=..) or
+    dict(tree=..)}. A feature drafter's first pass drafts nothing (it is the prefill), a model draft's does."""
+    taus = {}
+    for name, how in methods.items():
+        g = torch.Generator(device=encoded[0].device).manual_seed(seed)
+        tokens = passes = 0
+        for ids in encoded:
+            out = speculative_generate(target, drafter, ids, max_new_tokens, **how, sampling=sampling, generator=g,
+                                       eos_token_id=eos_token_id)
+            tokens, passes = tokens + out.tokens.shape[0], passes + out.stats.target_calls
+        taus[name] = tokens / passes if passes else float("nan")
+    return taus
+
+
+def predicted_from_tau(tau: float, verify_rows: int, draft_passes: int, m: Measurements) -> float:
+    """Speedup of a method that keeps τ tokens per iteration: τ / (t(rows)/t(1) + passes·c + overhead).
+
+    For a tree, rows = N + 1 and passes = its depth; a draft pass over several tree nodes is priced as one
+    one-token draft step (the draft is small: its passes are launch- and bandwidth-bound, not row-bound).
+    """
+    return tau / (m.verify_cost[verify_rows - 1] + draft_passes * m.c + m.overhead)
+
+
+def choose_method(taus: dict[str, float], methods: dict, m: Measurements) -> tuple[str, dict[str, float]]:
+    """The method with the highest predicted speedup from measured τ and this machine's costs -> (name, all)."""
+    predicted = {}
+    for name, how in methods.items():
+        if "tree" in how:
+            b = how["tree"]
+            predicted[name] = predicted_from_tau(taus[name], b.n_nodes + 1, b.depth, m)
+        else:
+            predicted[name] = predicted_from_tau(taus[name], how["gamma"] + 1, how["gamma"], m)
+    return max(predicted, key=predicted.get), predicted
+
+
+def diagnose(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, max_new_tokens: int = 64,
+             sampling: SamplingConfig = SamplingConfig(temperature=0), seed: int = 0, eos_token_id=None,
+             trees: tuple[TreeBudget, ...] = TREE_BUDGETS, progress=None) -> dict:
+    """Measure, predict the speedup of chains (γ = 1..γ_max) and dynamic trees, measure the best; as a dict.
+
+    The chains are predicted twice: from α by the generalised formula, and from their measured τ like the
+    trees, so that every method is ranked on the same footing. Trees need a drafter that can grow them.
+    """
+    say = progress or (lambda _: None)
+    drafter = as_drafter(draft)
+    trees = trees if isinstance(drafter, TreeDrafter) else ()
+    k_max = max([gamma_max + 1] + [b.n_nodes + 1 for b in trees])
+    say("measuring t(k), c, α and the loop overhead ...")
+    m = measure(target, draft, encoded, gamma_max=k_max - 1, max_new_tokens=max_new_tokens, sampling=sampling,
+                seed=seed, eos_token_id=eos_token_id)
+    v = verdict(replace(m, verify_cost=m.verify_cost[:gamma_max + 1]))
+    methods = {f"chain γ={g}": dict(gamma=g) for g in range(1, gamma_max + 1)}
+    methods.update({f"tree {b.depth}/{b.topk}/{b.n_nodes}": dict(tree=b) for b in trees})
+    say("measuring τ of every chain and tree ...")
+    taus = method_taus(target, drafter, encoded, methods, max_new_tokens, sampling, seed, eos_token_id)
+    best, predicted = choose_method(taus, methods, m)
+    say(f"measuring the real speedup at γ = {v.best_gamma} and of {best} ...")
+    runs = {"speculative": (drafter, dict(gamma=v.best_gamma)), "best method": (drafter, methods[best])}
+    rows = measure_speedups(target, runs, encoded, max_new_tokens, sampling, seed, eos_token_id, say)
+    plain = rows["plain"].tokens_per_second
+    return {**asdict(m), "verify_cost": m.verify_cost, "overhead_ms": m.overhead_ms, "best_gamma": v.best_gamma,
+            "predicted_speedup": v.predicted_speedup,
+            "measured_speedup": rows["speculative"].tokens_per_second / plain,
+            "measured_alpha": rows["speculative"].alpha,
+            "pays_off": v.pays_off, "blame": v.blame, "verdict": v.message,
+            "predicted_by_gamma": speedup_by_gamma(m.alpha, m.c, m.verify_cost, m.overhead, gamma_max),
+            "textbook_by_gamma": {g: predicted_speedup(m.alpha, g, m.c) for g in range(1, gamma_max + 1)},
+            "tau_by_method": taus, "predicted_by_method": predicted, "best_method": best,
+            "best_method_measured_speedup": rows["best method"].tokens_per_second / plain,
+            "settings": {"prompts": len(encoded), "max_new_tokens": max_new_tokens, "gamma_max": gamma_max,
+                         "trees": [asdict(b) for b in trees], "sampling": asdict(sampling), "seed": seed,
+                         "device": str(encoded[0].device), "torch_threads": torch.get_num_threads()}}
+
+
+def format_report(result: dict) -> str:
+    """The diagnosis as a few lines of plain text."""
+    lines = [f"kernel path: {result['kernel_path']}",
+             f"α = {result['alpha']:.3f} per token; by draft position: "
+             + ", ".join(f"{a:.2f}" for a in result["alpha_per_position"]),
+             f"c = {result['c']:.3f} (draft step / target step; t(1) = {result['step_seconds'] * 1e3:.1f} ms)",
+             "t(k)/t(1), k = 1..: " + ", ".join(f"{x:.2f}" for x in result["verify_cost"]),
+             f"loop overhead o = {result['overhead_ms']:.1f} ms per iteration = {result['overhead']:.3f} t(1)",
+             "predicted speedup by γ: " + ", ".join(f"{g}: {s:.2f}×" for g, s in result["predicted_by_gamma"].items()),
+             f"measured at γ = {result['best_gamma']}: {result['measured_speedup']:.2f}× "
+             f"(predicted {result['predicted_speedup']:.2f}×)"]
+    if result.get("tau_by_method"):
+        lines.append("τ and predicted speedup by method: " + ", ".join(
+            f"{name}: τ {tau:.2f}, {result['predicted_by_method'][name]:.2f}×"
+            for name, tau in result["tau_by_method"].items()))
+        lines.append(f"best method by prediction: {result['best_method']}, measured "
+                     f"{result['best_method_measured_speedup']:.2f}× "
+                     f"(predicted {result['predicted_by_method'][result['best_method']]:.2f}×)")
+    lines += ["", result["verdict"]]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Greedy outputs that differ: a floating-point near-tie, or a bug?
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class Divergence:
+    """Where greedy speculative and plain outputs part, and whether rounding can explain it."""
+    position: int  # index of the first differing new token
+    plain_token: int
+    spec_token: int
+    gap: float  # the target's logit of its own greedy choice minus its logit of the other token (plain path)
+    rounding: float  # largest |logit difference| at that position between a one-pass and a token-by-token score
+
+    @property
+    def near_tie(self) -> bool:
+        """Rounding can flip the choice: the two logits are closer than the two ways of computing them differ."""
+        return self.gap <= 2 * self.rounding
+
+    def __str__(self) -> str:
+        verdict = ("a floating-point near-tie: the two scoring paths differ by more than half the gap (chapter 3)"
+                   if self.near_tie else "NOT a near-tie: rounding cannot explain this; suspect a bug")
+        return (f"they part at new token {self.position} (plain {self.plain_token}, speculative "
+                f"{self.spec_token}); logit gap {self.gap:.3g} vs rounding {self.rounding:.3g}: {verdict}")
+
+
+@torch.inference_mode()
+def greedy_divergence(target, input_ids: torch.Tensor, plain_tokens: torch.Tensor,
+                      spec_tokens: torch.Tensor) -> Divergence | None:  # [1, T], [n], [m] -> Divergence | None
+    """None if the greedy outputs agree (up to the shorter one); else measure the gap and the rounding there.
+
+    The position's logits are computed twice, as the two loops compute them: token by token with a KV
+    cache (plain decoding), and with the whole prefix scored in one pass (a verification-sized pass).
+    """
+    n = min(plain_tokens.shape[0], spec_tokens.shape[0])
+    differ = (plain_tokens[:n] != spec_tokens[:n]).nonzero()
+    if differ.numel() == 0:
+        return None
+    i = int(differ[0])
+    prefix = torch.cat([input_ids[0], plain_tokens[:i]])  # [T + i], shared by both outputs
+    lm = CachedModel(target)
+    step_logits = lm.logits(input_ids[0])[-1]  # [V]
+    for t in range(input_ids.shape[1], prefix.shape[0]):
+        step_logits = lm.logits(prefix[:t + 1])[-1]
+    one_pass = target(input_ids=prefix[None]).logits[0, -1]  # [V]
+    a, b = int(plain_tokens[i]), int(spec_tokens[i])
+    step_logits, one_pass = step_logits.float(), one_pass.float()
+    return Divergence(position=i, plain_token=a, spec_token=b, gap=float(step_logits[a] - step_logits[b]),
+                      rounding=float((step_logits - one_pass).abs().max()))

@@ -1,0 +1,106 @@
+"""A feature-level draft head (EAGLE-1, Li et al. 2024): it drafts from the target's own hidden states.
+
+A token-level draft sees only tokens. This head sees, at position t, the target's final hidden state
+h_t (the vector the target's LM head turns into logits) together with the embedding of the next token
+x_{t+1}, and predicts the target's next hidden state h_{t+1}:
+
+    f_{t+1} = layers(fc([embed(x_{t+1}), h_t]))        # [d]: a guess of h_{t+1}
+    p_draft(x_{t+2}) = softmax(head(f_{t+1}))           # the target's own output rows
+
+The embedding is the target's (shared, frozen); the head scores only `keep_ids` (the tokens the target
+writes most often), returning -inf, i.e. draft probability 0, for the rest; rejection sampling stays exact
+for any draft distribution. When drafting further ahead, the head feeds its own guesses f back in.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+from transformers import DynamicCache, LlamaConfig, LlamaModel
+
+from ..cache import cache_kwargs
+from .offline_draft import ReducedHead
+
+WEIGHTS_DIR = Path(__file__).parent / "weights" / "feature_draft"
+
+
+class FeatureHead(nn.Module):
+    """fc(2d -> d), a few Llama decoder layers, and the target's (reduced) output head."""
+
+    def __init__(self, target, n_layers: int = 1, keep_ids: torch.Tensor | None = None):
+        super().__init__()
+        t = target.config
+        d = t.hidden_size
+        keep_ids = torch.arange(target.get_output_embeddings().weight.shape[0]) if keep_ids is None else keep_ids
+        config = LlamaConfig(vocab_size=1, hidden_size=d, intermediate_size=t.intermediate_size,
+                             num_hidden_layers=n_layers, num_attention_heads=t.num_attention_heads,
+                             num_key_value_heads=t.num_key_value_heads, head_dim=getattr(t, "head_dim", None),
+                             max_position_embeddings=t.max_position_embeddings, rms_norm_eps=t.rms_norm_eps,
+                             rope_parameters=getattr(t, "rope_parameters", None), hidden_act=t.hidden_act,
+                             bos_token_id=None, eos_token_id=None, pad_token_id=None)
+        self.embed = target.get_input_embeddings()  # shared with the target, never trained here
+        self.fc = nn.Linear(2 * d, d)
+        self.body = LlamaModel(config)  # its own 1-row embedding table is unused: we pass inputs_embeds
+        self.head = ReducedHead(target.get_output_embeddings().weight, keep_ids.to(target.device))
+        self.to(device=target.device, dtype=target.dtype)
+
+    def forward(self, hidden: torch.Tensor, next_tokens: torch.Tensor, cache: DynamicCache | None = None, *,
+                position_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None) -> torch.Tensor:  # [B, k, d], [B, k] -> [B, k, d]
+        """Predict the target's hidden state at the next token's position, for k positions at once.
+
+        position_ids [B, k] and a 4D additive mask let a tree of guesses share one pass (FeatureDrafter.propose_tree).
+        """
+        x = self.fc(torch.cat([self.embed(next_tokens), hidden], dim=-1))  # [B, k, 2d] -> [B, k, d]
+        out = self.body(inputs_embeds=x, **cache_kwargs(self.body, cache), use_cache=cache is not None,
+                        position_ids=position_ids, attention_mask=attention_mask)
+        return out.last_hidden_state
+
+    def logits(self, features: torch.Tensor) -> torch.Tensor:  # [..., d] -> [..., V]
+        return self.head(features)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.head.weight.shape[0]
+
+
+def trained_state(head: FeatureHead) -> dict[str, torch.Tensor]:
+    """The head's own tensors: everything but the shared embedding and output rows."""
+    shared = {"embed.weight", "head.weight", "head.sub_weight", "body.embed_tokens.weight"}
+    return {k: v for k, v in head.state_dict().items() if k not in shared}
+
+
+def save(head: FeatureHead, directory: Path, meta: dict) -> None:
+    """config.json (architecture and training notes) and model.safetensors (float16, to stay small)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    state = {k: (v.half() if v.is_floating_point() else v).contiguous() for k, v in trained_state(head).items()}
+    save_file(state, directory / "model.safetensors")
+    arch = {"n_layers": head.body.config.num_hidden_layers, "n_vocab": int(head.head.keep_ids.shape[0])}
+    (directory / "config.json").write_text(json.dumps({**arch, "meta": meta}, indent=1) + "\n")
+
+
+def available(directory: Path | str | None = None) -> bool:
+    directory = Path(directory) if directory is not None else WEIGHTS_DIR
+    return (directory / "config.json").exists() and (directory / "model.safetensors").exists()
+
+
+def load(target, directory: Path | str | None = None) -> FeatureHead:
+    """The shipped feature head for `target` (the offline SmolLM2-135M-Instruct), on its device and dtype."""
+    directory = Path(directory) if directory is not None else WEIGHTS_DIR
+    if not available(directory):
+        raise ValueError(f"no feature-draft weights in {directory}; train them with: python -m specdec_ref.distill.eagle")
+    arch = json.loads((directory / "config.json").read_text())
+    state = load_file(directory / "model.safetensors")
+    if state["fc.weight"].shape[0] != target.config.hidden_size:
+        raise ValueError(f"this feature head has hidden size {state['fc.weight'].shape[0]}, the target "
+                         f"{target.config.hidden_size}: it was trained for another target")
+    head = FeatureHead(target, arch["n_layers"], state["head.keep_ids"])
+    missing, unexpected = head.load_state_dict({k: v.to(target.dtype) if v.is_floating_point() else v
+                                                for k, v in state.items()}, strict=False)
+    if unexpected or set(missing) - {"embed.weight", "head.weight", "head.sub_weight", "body.embed_tokens.weight"}:
+        raise ValueError(f"{directory} does not match the feature head: missing {missing}, unexpected {unexpected}")
+    head.head.sub_weight.data.copy_(target.get_output_embeddings().weight.detach()[head.head.keep_ids])
+    return head.eval()

@@ -1,0 +1,54 @@
+"""The accept/reject rule that makes speculative decoding exact.
+
+Notation, used the same way in the chapters:
+  target_probs  p_target, the distribution the big model wants to sample from
+  draft_probs   p_draft, the distribution the cheap draft actually sampled from
+
+For one position, the token the rule emits is distributed as
+
+  P(x) = min(p_target, p_draft)(x) + (1 - sum_y min(p_target, p_draft)(y)) * residual(x)
+       = p_target(x),
+
+where residual = normalise(max(p_target - p_draft, 0)). `accepted_mass` and
+`residual` are the two terms; the tests add them up and check the identity.
+"""
+from __future__ import annotations
+
+import torch
+
+from .sampling import sample
+
+
+def accepted_mass(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:  # [..., V] x2 -> [..., V]
+    """P(draft proposes x and x is accepted) = p_draft(x) * min(1, p_target(x)/p_draft(x)) = min(p_target, p_draft)(x)."""
+    return torch.minimum(target_probs, draft_probs)
+
+
+def residual(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:  # [..., V] x2 -> [..., V]
+    """The mass the target wanted but the draft under-weighted: normalise(max(p_target - p_draft, 0))."""
+    r = (target_probs - draft_probs).clamp(min=0)
+    total = r.sum(-1, keepdim=True)  # [..., 1]
+    # total == 0 only when p_target == p_draft, and then a rejection has probability zero;
+    # fall back to p_target so that rounding can never produce NaNs.
+    return torch.where(total > 0, r / total.clamp(min=torch.finfo(r.dtype).tiny), target_probs)
+
+
+def verify(
+    draft_tokens: torch.Tensor,  # [γ] tokens the draft proposed
+    draft_probs: torch.Tensor,  # [γ, V] the distributions they were sampled from
+    target_probs: torch.Tensor,  # [γ+1, V] the target's distributions at the same positions, plus one
+    generator: torch.Generator | None = None,
+) -> tuple[int, torch.Tensor]:  # -> (n_accepted, next_token [1])
+    """Accept a prefix of the draft, then emit one more token (a replacement or a bonus)."""
+    gamma = draft_tokens.shape[0]
+    rows = torch.arange(gamma, device=target_probs.device)
+    p_target, p_draft = target_probs[rows, draft_tokens], draft_probs[rows, draft_tokens]  # [γ] each
+    u = torch.rand(gamma, generator=generator, device=target_probs.device, dtype=target_probs.dtype)  # [γ]
+    # accept x_i with probability min(1, p_target(x_i) / p_draft(x_i)); written without the division,
+    # so a token the target gives probability 0 is never accepted. All γ tests at once, as in gpt-fast.
+    accepted = u * p_draft < p_target  # [γ]
+    n = int(accepted.cumprod(0).sum())  # the accepted prefix ends at the first rejection
+    if n < gamma:  # first rejection: replace x_n by a sample from the residual, discard the rest of the draft
+        return n, sample(residual(target_probs[n], draft_probs[n]), generator)
+    # every draft token was accepted: the target's last row gives one bonus token for free
+    return gamma, sample(target_probs[gamma], generator)
