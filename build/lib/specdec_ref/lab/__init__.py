@@ -1,1 +1,0 @@
-"""Lab equipment: timing and the roofline, statistical tests, deliberately broken samplers and the benchmark."""
