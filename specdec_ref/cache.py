@@ -110,11 +110,15 @@ class CachedModel:
         if rows == list(range(n_prefix, n_prefix + len(rows))):
             return self.rollback(n_prefix + len(rows))
         idx = torch.cat([torch.arange(n_prefix), torch.tensor(rows, dtype=torch.long)]).to(self.cache.layers[0].keys.device)
-        for layer in self.cache.layers:  # [B, heads, n_cached, d_head] -> [B, heads, n_prefix + len(rows), d_head]
-            layer.keys, layer.values = layer.keys.index_select(-2, idx), layer.values.index_select(-2, idx)
+        for layer in self.cache.layers:
+            self.gather(layer, idx)
         if self._hidden is not None:
             self._hidden[:idx.shape[0]] = self._hidden[idx]
         self.n_cached = idx.shape[0]
+
+    @staticmethod
+    def gather(layer, idx: torch.Tensor) -> None:  # [B, heads, n_cached, d_head] -> [B, heads, len(idx), d_head]
+        layer.keys, layer.values = layer.keys.index_select(-2, idx), layer.values.index_select(-2, idx)
 
     def rollback(self, n_tokens: int) -> None:
         """Crop the cache to its first n_tokens (transformers 5: crop takes minus the number to drop)."""
@@ -164,16 +168,10 @@ class StaticCachedModel(CachedModel):
         self.body = self.compiled_body if self.compile and not first else self.model.base_model
         return kw
 
-    def keep_rows(self, n_prefix: int, rows: list[int]) -> None:
-        if rows == list(range(n_prefix, n_prefix + len(rows))):
-            return self.rollback(n_prefix + len(rows))
-        idx = torch.cat([torch.arange(n_prefix), torch.tensor(rows, dtype=torch.long)]).to(self.cache.layers[0].keys.device)
-        for layer in self.cache.layers:  # gather in place: the buffers keep their addresses (CUDA graphs need that)
-            layer.keys[:, :, :idx.shape[0]] = layer.keys.index_select(-2, idx)
-            layer.values[:, :, :idx.shape[0]] = layer.values.index_select(-2, idx)
-        if self._hidden is not None:
-            self._hidden[:idx.shape[0]] = self._hidden[idx]
-        self.n_cached = idx.shape[0]
+    @staticmethod
+    def gather(layer, idx: torch.Tensor) -> None:  # in place: the buffers keep their addresses (CUDA graphs need that)
+        layer.keys[:, :, :idx.shape[0]] = layer.keys.index_select(-2, idx)
+        layer.values[:, :, :idx.shape[0]] = layer.values.index_select(-2, idx)
 
     def rollback(self, n_tokens: int) -> None:
         """Forget everything after the first n_tokens: move the write position back (nothing is freed)."""

@@ -65,5 +65,7 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> tor
     """
     cdf = probs.double().cumsum(-1)  # [V], float64 so that tiny probabilities keep their share
     u = torch.rand(1, generator=generator, device=probs.device, dtype=torch.float64) * cdf[-1]  # [1]
-    token = torch.searchsorted(cdf, u, right=True)  # [1]
-    return torch.minimum(token, (probs > 0).nonzero()[-1])  # rounding at u ≈ total never picks a zero-probability token
+    token = torch.searchsorted(cdf, u, right=True)  # [1]; the found token has p > 0 whenever u < total
+    if int(token) == probs.shape[-1]:  # rounding put u at the total: take the last token with p > 0
+        token = (probs > 0).nonzero()[-1]
+    return token
