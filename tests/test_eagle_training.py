@@ -47,3 +47,51 @@ def test_corpus_merges_other_runs_and_refuses_a_folder_without_answers(tmp_path)
     assert corpus(EagleConfig(out=str(tmp_path / "a")), own) == own
     with pytest.raises(ValueError, match="no answers"):
         corpus(EagleConfig(out=str(tmp_path / "a"), extra_runs=str(tmp_path / "missing")), own)
+
+
+def _toy_head():
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    target = LlamaForCausalLM(config).float().eval()
+    return feature_draft.FeatureHead(target, 1).eval()
+
+
+@torch.no_grad()
+def test_training_time_test_passes_equal_drafting_from_own_features():
+    """Pass s at position i must be what the head computes when it drafts s + 1 tokens ahead of i - s."""
+    from transformers import DynamicCache
+    head, L, steps = _toy_head(), 14, 4
+    g = torch.Generator().manual_seed(1)
+    ids, hid = torch.randint(0, 40, (L,), generator=g), torch.randn(L, 32, generator=g)
+    passes = eagle.ttt_features(head, hid[None, :-1], ids[None, 1:], steps)
+    for s in range(steps):
+        for i in range(s, L - 1):
+            cache = DynamicCache()
+            f = head(hid[None, :i - s + 1], ids[None, 1:i - s + 2], cache)[0, -1]  # true features up to i - s
+            for r in range(1, s + 1):  # then its own guesses, with the true tokens
+                f = head(f[None, None], ids[None, i - s + r + 1, None], cache)[0, 0]
+            torch.testing.assert_close(passes[s][0, i], f, atol=1e-5, rtol=1e-4)
+    # power: a second pass that sees its own guesses at every earlier position drafts something else
+    wrong_mask = torch.zeros(1, 1, L - 1, 2 * (L - 1))
+    wrong_mask[..., :L - 1] = torch.finfo(torch.float32).min
+    wrong_mask[..., L - 1:] = eagle.ttt_mask(L - 1, 0, torch.float32)
+    cache = DynamicCache()
+    first = head(hid[None, :-1], ids[None, 1:], cache)
+    feats = torch.cat([first[:, :1], first[:, :-1]], dim=1)
+    wrong = head(feats, ids[None, 1:], cache, position_ids=torch.arange(L - 1)[None], attention_mask=wrong_mask)
+    assert not torch.allclose(wrong[0, 5:], passes[1][0, 5:], atol=1e-3)
+
+
+def test_training_time_test_loss_trains_every_depth():
+    head = _toy_head().train()
+    g = torch.Generator().manual_seed(2)
+    rows = [{"ids": torch.randint(0, 40, (n,), generator=g), "hidden": torch.randn(n, 32, generator=g),
+             "n_prompt": torch.tensor(3)} for n in (9, 12)]
+    loss, agree = eagle.eagle_loss(head, rows, 0.1, 0.1, g, steps=3)
+    assert agree.shape == (3,) and torch.isfinite(loss)
+    loss.backward()
+    assert head.fc.weight.grad is not None and head.fc.weight.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match="no feature-draft weights"):  # --init names a folder without a head
+        eagle.train(eagle.EagleConfig(init="/nonexistent"), None, [])

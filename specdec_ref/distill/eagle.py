@@ -15,7 +15,9 @@ picks up where it stopped:
 3. **features.** One teacher-forced target pass per batch stores the target's final hidden states.
 4. **train.** The head learns to predict the next hidden state: SmoothL1 on the feature plus 0.1 times
    the cross-entropy against the target's own next-token distribution, with uniform noise on its input
-   features (Li et al. 2024). Checkpoints every `eval_every` steps.
+   features (Li et al. 2024). With `ttt_steps` > 1 (training-time test, as in EAGLE-3 and HASS) the head is
+   also fed its own guesses for that many passes, with a loss at every depth (`eagle_loss`, `ttt_mask`).
+   Checkpoints every `eval_every` steps; validation reports top-1 agreement at depths 1-3.
 5. **eval.** α per draft position on the held-out prompts, greedy and at T = 1.
 
 Everything is seeded; progress goes to stdout and <out>/train.log.
@@ -35,6 +37,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
+from transformers import DynamicCache
 
 from ..drafters import FeatureDrafter
 from ..generate import speculative_generate
@@ -58,6 +61,8 @@ class EagleConfig:
     max_new_tokens: int = 192  # answer length cap
     threads: int = 1  # torch threads (1 is faster than 2 when another job shares the 2 cores)
     n_layers: int = 1  # decoder layers in the head
+    ttt_steps: int = 3  # training-time test: passes that feed the head its own features (1: EAGLE-1's objective)
+    init: str = ""  # an exported head to fine-tune instead of a fresh one ("" : start from scratch)
     steps: int = 3000  # optimiser steps
     batch_tokens: int = 4096  # tokens per step (approximately)
     lr: float = 1e-3  # peak learning rate (linear warm-up, cosine decay)
@@ -272,28 +277,74 @@ def batches_of(rows: list[dict], batch_tokens: int, seed: int) -> list[list[int]
     return out
 
 
-def eagle_loss(head, rows: list[dict], noise: float, ce_weight: float, generator=None):
-    """-> (loss, top-1 agreement with the target). Position j: (h_j, x_{j+1}) -> f_j, compared with h_{j+1}."""
+def pad_rows(rows: list[dict], dtype: torch.dtype):
+    """-> ids [B, L], hidden [B, L, d], answer [B, L-1]: right-padded; answer marks positions j whose h_{j+1} is answer."""
     L = max(r["ids"].shape[0] for r in rows)
     d = rows[0]["hidden"].shape[1]
-    dtype = head.fc.weight.dtype
     ids = torch.zeros(len(rows), L, dtype=torch.long)
     hid = torch.zeros(len(rows), L, d, dtype=dtype)
-    mask = torch.zeros(len(rows), L - 1, dtype=torch.bool)  # positions j whose target h_{j+1} is in the answer
+    answer = torch.zeros(len(rows), L - 1, dtype=torch.bool)
     for b, r in enumerate(rows):
         n = r["ids"].shape[0]
         ids[b, :n], hid[b, :n] = r["ids"], r["hidden"].to(dtype)
-        mask[b, max(int(r["n_prompt"]) - 2, 0):n - 1] = True
-    h_in, h_next = hid[:, :-1], hid[:, 1:]  # [B, L-1, d]
+        answer[b, max(int(r["n_prompt"]) - 2, 0):n - 1] = True
+    return ids, hid, answer
+
+
+def ttt_mask(n: int, step: int, dtype: torch.dtype) -> torch.Tensor:  # -> [1, 1, n, (step + 1) n]
+    """Additive mask for pass `step` (0 = true features) of training-time test over n positions.
+
+    At depth step + 1 the head drafting from position i - step has seen the target's true features up to
+    there, then its own guesses at i - step + 1, ..., i. So query i sees block 0 (the true-feature pass)
+    at positions <= i - step and, in each later pass r = 1..step, only position i - step + r: its own chain.
+    """
+    i = torch.arange(n)[:, None]
+    j = torch.arange(n)[None, :]
+    blocks = [j <= i - step] + [j == i - step + r for r in range(1, step + 1)]
+    allowed = torch.cat(blocks, dim=1)  # [n, (step + 1) n]
+    return torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)[None, None]
+
+
+def ttt_features(head, h_in: torch.Tensor, x_next: torch.Tensor, steps: int) -> list[torch.Tensor]:
+    """The head's guesses at depths 1..steps, teacher-forced tokens: [B, n, d], [B, n] -> steps x [B, n, d].
+
+    Depth 1 (EAGLE-1): position i reads (h_i, x_{i+1}) and guesses h_{i+1}. Pass s > 0 (training-time test,
+    EAGLE-3 and HASS) reads at position i its own guess of h_i from pass s - 1 in place of the target's, and
+    attends as it would when drafting s + 1 tokens ahead of position i - s (`ttt_mask`).
+    """
+    B, n = x_next.shape
+    positions = torch.arange(n, device=x_next.device).expand(B, n)
+    cache, feats, out = DynamicCache(), h_in, []
+    for s in range(steps):
+        mask = ttt_mask(n, s, h_in.dtype).to(h_in.device) if steps > 1 else None
+        f = head(feats, x_next, cache if steps > 1 else None, position_ids=positions, attention_mask=mask)  # [B, n, d]
+        out.append(f)
+        feats = torch.cat([f[:, :1], f[:, :-1]], dim=1)  # the input at i is the guess of h_i made at i - 1
+    return out
+
+
+def eagle_loss(head, rows: list[dict], noise: float, ce_weight: float, generator=None, steps: int = 1):
+    """-> (loss, top-1 agreement with the target at each depth [steps]).
+
+    At every depth: SmoothL1 between the guessed and the true next feature, plus ce_weight times the
+    cross-entropy against the target's own next-token distribution; the depths' losses are averaged.
+    """
+    dtype = head.fc.weight.dtype
+    ids, hid, answer = pad_rows(rows, dtype)
+    h_in, h_next, x_next = hid[:, :-1], hid[:, 1:], ids[:, 1:]  # [B, n, d], [B, n, d], [B, n]
     if noise > 0:  # EAGLE's input noise: the head must cope with its own imperfect features when drafting
         rms = h_in.pow(2).mean(-1, keepdim=True).sqrt()
         h_in = h_in + noise * rms * (2 * torch.rand(h_in.shape, generator=generator, dtype=dtype) - 1)
-    f = head(h_in, ids[:, 1:])[mask]  # [N, d]
-    want = h_next[mask]  # [N, d]
-    logq = head.head.reduced_logits(f).float().log_softmax(-1)  # [N, n_vocab]
-    p_target = head.head.reduced_logits(want).float().softmax(-1)  # [N, n_vocab] the target's next-token distribution
-    loss = F.smooth_l1_loss(f.float(), want.float()) + ce_weight * -(p_target * logq).sum(-1).mean()
-    return loss, (logq.argmax(-1) == p_target.argmax(-1)).float().mean()
+    total, agree = 0.0, []
+    for s, f_all in enumerate(ttt_features(head, h_in, x_next, steps)):
+        keep = answer.clone()
+        keep[:, :s] = False  # depth s + 1 at position i starts from a true feature at i - s >= 0
+        f, want = f_all[keep], h_next[keep]  # [N, d]
+        logq = head.head.reduced_logits(f).float().log_softmax(-1)  # [N, n_vocab]
+        p_target = head.head.reduced_logits(want).float().softmax(-1)  # [N, n_vocab] the target's next-token distribution
+        total = total + F.smooth_l1_loss(f.float(), want.float()) + ce_weight * -(p_target * logq).sum(-1).mean()
+        agree.append((logq.argmax(-1) == p_target.argmax(-1)).float().mean())
+    return total / steps, torch.stack(agree)
 
 
 def train(cfg: EagleConfig, target, feature_paths: list[Path]):
@@ -306,7 +357,12 @@ def train(cfg: EagleConfig, target, feature_paths: list[Path]):
     n_val = max(1, len(rows) // 32)
     train_rows, val_rows = rows[:-n_val], rows[-n_val:]
     n_tok = sum(int(r["ids"].shape[0] - r["n_prompt"]) for r in train_rows)
-    head = feature_draft.FeatureHead(target, cfg.n_layers, head_vocab()).train()
+    if cfg.init:  # fine-tune an exported head (e.g. the shipped one) instead of starting from scratch
+        head = feature_draft.load(target, cfg.init).train()
+        if head.body.config.num_hidden_layers != cfg.n_layers:
+            raise ValueError(f"--init {cfg.init} has {head.body.config.num_hidden_layers} layers, --n-layers {cfg.n_layers}")
+    else:
+        head = feature_draft.FeatureHead(target, cfg.n_layers, head_vocab()).train()
     params = [p for n, p in head.named_parameters() if n.startswith(("fc.", "body.")) and "embed_tokens" not in n]
     for p in head.parameters():
         p.requires_grad_(False)
@@ -326,19 +382,23 @@ def train(cfg: EagleConfig, target, feature_paths: list[Path]):
             batches, batches_epoch = batches_of(train_rows, cfg.batch_tokens, cfg.seed * 1000 + epoch), epoch
         batch = batches[i]
         lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup) * 0.5 * (1 + math.cos(math.pi * step / cfg.steps))
-        loss, agree = eagle_loss(head, [train_rows[j] for j in batch], cfg.noise, cfg.ce_weight, g)
+        loss, agree = eagle_loss(head, [train_rows[j] for j in batch], cfg.noise, cfg.ce_weight, g, cfg.ttt_steps)
         optimiser_step(opt, params, loss, lr)
         step += 1
         if step % 25 == 0:
-            log(cfg, f"step {step}/{cfg.steps} epoch {epoch}: loss {float(loss):.3f}, top-1 {float(agree):.1%}, "
+            log(cfg, f"step {step}/{cfg.steps} epoch {epoch}: loss {float(loss):.3f}, top-1 by depth "
+                     f"{', '.join(f'{float(a):.1%}' for a in agree)}, "
                      f"lr {lr:.1e}, {(time.time() - t0) / 60:.1f} min")
         if step % cfg.eval_every == 0 or step == cfg.steps:
             with torch.no_grad():
-                vals = [eagle_loss(head, [val_rows[j] for j in b], 0.0, cfg.ce_weight)
+                vals = [eagle_loss(head, [val_rows[j] for j in b], 0.0, cfg.ce_weight, None, max(cfg.ttt_steps, 3))
                         for b in batches_of(val_rows, cfg.batch_tokens, 0)]
-            vloss, vagree = (sum(float(v[k]) for v in vals) / len(vals) for k in (0, 1))
-            curve.append({"step": step, "val_loss": vloss, "val_top1": vagree, "train_loss": float(loss.detach())})
-            log(cfg, f"step {step}: val loss {vloss:.3f}, val top-1 agreement {vagree:.1%}")
+            vloss = sum(float(v[0]) for v in vals) / len(vals)
+            vdepth = (sum(v[1] for v in vals) / len(vals)).tolist()  # top-1 agreement at depth 1, 2, 3, ...
+            curve.append({"step": step, "val_loss": vloss, "val_top1": vdepth[0], "val_top1_by_depth": vdepth,
+                          "train_loss": float(loss.detach())})
+            log(cfg, f"step {step}: val loss {vloss:.3f}, val top-1 agreement by depth "
+                     + ", ".join(f"{a:.1%}" for a in vdepth))
             save_checkpoint(ckpt, feature_draft.trained_state(head), opt, step, curve)
     return head.eval(), curve
 

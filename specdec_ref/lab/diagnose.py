@@ -134,13 +134,15 @@ def cost_ratios(target, draft, ks: range, context_len: int, rounds: int = 5) -> 
     """(t(k)/t(1) for k in ks, c, t(1) in seconds), each the median over rounds of one round's ratio.
 
     Every round times the target at every k and the draft at k = 1 back to back, so a burst of
-    background load lands on numerator and denominator alike.
+    background load lands on numerator and denominator alike. Each round warms its fresh cache up
+    first and takes the median of 3 passes per k: a single cold pass right after the prefill can
+    cost several times a warm one, and t(1), timed first, would absorb it.
     """
     per_round = []
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, vocab_size(target), (1, context_len), generator=g).to(next(target.parameters()).device)
     for r in range(rounds):
-        curve = latency_curve(target, ks, context_len=context_len, warmup=int(r == 0), repeats=1)
+        curve = latency_curve(target, ks, context_len=context_len, warmup=1, repeats=3)
         t_draft = draft_step_seconds(target, draft, ids, repeats=3)  # any drafter: a model, a feature head, a lookup
         per_round.append(([curve.cost_ratio(k) for k in ks], t_draft / curve.median(1), curve.median(1)))
     verify = [statistics.median([v[i] for v, _, _ in per_round]) for i in range(len(ks))]
