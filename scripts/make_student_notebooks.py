@@ -9,6 +9,9 @@ A chapter marks a solution in two ways, and both go:
   * the hidden code cell that runs the solution (tag `hide-cell`, right after that admonition), removed.
 Any cell tagged `solution` goes too (a Markdown one becomes the stub). The checker cells stay, so an
 untouched notebook still runs from top to bottom: each checker prints "Not attempted yet" and passes.
+
+A student copy runs in quick mode by default: the knobs cell's `QUICK = ...` line becomes `QUICK = True`
+(a chapter itself follows SPECDEC_QUICK, which a student's Jupyter does not set).
 """
 from __future__ import annotations
 
@@ -24,6 +27,8 @@ SOLUTION_TAG = "solution"
 STUB_TAG = "solution-stub"
 STUB_TEXT = "*Solution removed from the student copy: try it, run the checker, and ask if you are stuck.*"
 _SOLUTION_OPEN = re.compile(r"^\s*(:{3,}|`{3,})\s*\{admonition\}\s*Solution\b")
+_QUICK_LINE = re.compile(r"^QUICK\s*=.*$", re.M)  # the knobs cell's switch, at the cell's top level
+STUDENT_QUICK = "QUICK = True  # quick mode, the workshop's default: smaller, faster experiments (False: full sizes)"
 
 
 def tags(cell) -> list[str]:
@@ -74,10 +79,15 @@ def is_checker(cell) -> bool:
     return cell.cell_type == "code" and re.search(r"\bch\d+\.check_\w+\(", cell.source) is not None
 
 
+def quick_by_default(source: str) -> str:
+    """A knobs cell with its `QUICK = ...` line set to `QUICK = True` (other cells come back unchanged)."""
+    return _QUICK_LINE.sub(STUDENT_QUICK, source, count=1)
+
+
 def student_copy(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """The notebook without solutions (stubs in their place) and without outputs."""
+    """The notebook without solutions (stubs in their place), without outputs, and in quick mode."""
     out = nbformat.v4.new_notebook(metadata=nb.metadata)
-    previous = None
+    previous, knobs_done = None, False
     for cell in nb.cells:
         if is_solution_markdown(cell):
             text, _ = strip_solution_blocks(cell.source)
@@ -87,6 +97,8 @@ def student_copy(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
             cell = nbformat.from_dict(dict(cell))
             if cell.cell_type == "code":
                 cell.outputs, cell.execution_count = [], None
+                if not knobs_done and _QUICK_LINE.search(cell.source):  # the first cell that sets QUICK: the knobs
+                    cell.source, knobs_done = quick_by_default(cell.source), True
             out.cells.append(cell)
         previous = cell
     return out
@@ -108,8 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         nbformat.write(student, args.out_dir / path.name)
         removed = len(nb.cells) - len(student.cells)
         stubs = sum(c.source.count(STUB_TEXT) for c in student.cells if c.cell_type == "markdown")
+        quick_on = any(STUDENT_QUICK in c.source for c in student.cells if c.cell_type == "code")
         print(f"{path.name}: {stubs} solutions replaced by stubs, {removed} solution cells removed, "
-              f"{sum(is_checker(c) for c in student.cells)} checker cells kept")
+              f"{sum(is_checker(c) for c in student.cells)} checker cells kept, "
+              f"{'QUICK = True' if quick_on else 'no QUICK knob found'}")
     return 0
 
 

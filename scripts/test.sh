@@ -44,7 +44,8 @@ cat "$scratch/first.log" "$scratch/second.log"
 
 echo "== book (jupyter-book, -W -n --keep-going, from the executed chapters)"
 # The chapters ran once, above; the book renders their outputs (glued numbers included) without re-running them.
-sed -i 's/^  execute_notebooks: .*/  execute_notebooks: "off"/' "$scratch/_config.yml"
+sed -i.orig 's/^  execute_notebooks: .*/  execute_notebooks: "off"/' "$scratch/_config.yml"  # -i.orig: GNU and BSD sed
+rm "$scratch/_config.yml.orig"
 jupyter-book build "$scratch" -W -n --keep-going
 rm -rf _build && cp -r "$scratch/_build" _build
 echo "book written to _build/html/index.html"
