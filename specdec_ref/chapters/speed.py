@@ -129,7 +129,7 @@ def plot_claims_plane(claims: Mapping[str, tuple[float, float]], points: Mapping
     for label, (a, c) in points.items():
         ax.plot(a, c, "*", ms=15, mec="black", label=f"{label}: α = {a:.2f}, c = {c:.3f}")
     ax.set(xlabel="per-token acceptance α", ylabel="cost ratio c (draft step / target step)",
-           title="Speculation pays off only where α > c (black line)")
+           title="Left of the black line (α ≤ c) no γ pays off")
     ax.legend(fontsize=8, loc="upper left")
     return ax.figure
 
@@ -137,3 +137,11 @@ def plot_claims_plane(claims: Mapping[str, tuple[float, float]], points: Mapping
 def textbook_speedups(alpha: float, c: float, gammas: Sequence[int]) -> list[float]:
     """Theorem 3.8 for each γ (a convenience for tables)."""
     return [predicted_speedup(alpha, g, c) for g in gammas]
+
+
+def alpha_for_speedup(goal: float, c: float, gamma_max: int = 16, step: float = 0.01) -> float | None:
+    """The smallest α (on a grid of `step`) whose best textbook speedup over γ <= gamma_max reaches goal; None if none."""
+    for alpha in np.arange(0.0, 1.0, step):
+        if best_gamma(float(alpha), c, gamma_max=gamma_max)[1] >= goal:
+            return float(alpha)
+    return None
