@@ -1,12 +1,57 @@
-"""Figures and the widget of chapter 5, "Choosing a draft". The (α, c) plane itself is chapter 4's."""
+"""Figures, the widget and the coverage-weighted speedup of chapter 5, "Choosing a draft".
+
+The (α, c) plane itself is chapter 4's.
+"""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import matplotlib.pyplot as plt
 import numpy as np
 
+from ..lab.speedup import expected_tokens_per_iteration
 from .speed import plot_claims_plane
+from .verdicts import training_verdict
+
+
+def coverage_speedup(alpha: float, gamma: int, c: float, coverage: float) -> float:
+    """Textbook speedup of a drafter that has a proposal on only a share `coverage` (κ) of the iterations.
+
+    An iteration with a proposal yields E[n + 1] = (1 - α^(γ+1)) / (1 - α) tokens for γc + 1 target steps;
+    one without yields a single token for c + 1 (the lookup that found nothing, then the target's own step):
+
+        S_κ = (κ E[n + 1] + 1 - κ) / (1 + c (κγ + 1 - κ)).
+
+    κ = 1 is Leviathan et al.'s formula (every model draft); κ = 0 is 1 / (1 + c), a slowdown.
+    """
+    if not 0 <= coverage <= 1:
+        raise ValueError(f"coverage must lie in [0, 1] (a share of iterations), got {coverage}")
+    if c < 0:
+        raise ValueError(f"the cost ratio c must be >= 0, got {c}")
+    tokens = 1.0 if coverage == 0 else coverage * expected_tokens_per_iteration(alpha, gamma) + 1 - coverage
+    return tokens / (1 + c * (coverage * gamma + 1 - coverage))
+
+
+def best_gamma_with_coverage(alpha: float, c: float, coverage: float, gamma_max: int = 16) -> tuple[int, float]:
+    """(γ with the highest `coverage_speedup`, that speedup); a speedup <= 1 means: do not speculate."""
+    speedups = {g: coverage_speedup(alpha, g, c, coverage) for g in range(1, gamma_max + 1)}
+    gamma = max(speedups, key=speedups.get)
+    return gamma, speedups[gamma]
+
+
+def with_coverage(row, gamma_max: int = 8):
+    """A `lab.compare.DraftRow` whose best γ and predicted speedup weigh its coverage (unchanged at coverage 1)."""
+    alpha = min(row.alpha_greedy, 1.0) if row.coverage > 0 else 0.0  # no proposal at all: α is undefined (nan)
+    gamma, s = best_gamma_with_coverage(alpha, row.c, row.coverage, gamma_max)
+    if s <= 1:  # nothing pays off: report γ = 1, as `lab.compare.draft_row` does
+        gamma, s = 1, coverage_speedup(alpha, 1, row.c, row.coverage)
+    return replace(row, gamma=gamma, predicted=s)
+
+
+def loop_coverage(stats) -> float:
+    """Share of a speculative run's iterations (a `Stats`) in which the drafter proposed anything."""
+    return sum(d > 0 for d in stats.drafted) / len(stats.drafted) if stats and stats.drafted else float("nan")
 
 
 def plot_drafts_plane(rows: Sequence, ax=None):
@@ -42,25 +87,29 @@ def plot_training(curves: Mapping[str, Sequence[dict]], ax=None):
     for label, curve in curves.items():
         ax.plot([c["step"] for c in curve], [c["val_top1"] for c in curve], "o-", label=label)
     ax.set(xlabel="optimiser step", ylabel="top-1 agreement with target (α greedy)", ylim=(0, None))
-    final = {k: v[-1]["val_top1"] for k, v in curves.items()}
-    ax.set_title(f"α rises with training ({', '.join(f'{k}: {v:.2f}' for k, v in final.items())})")
+    first, final = next(iter(curves.items()))
+    ax.set_title(f"With {first.removeprefix('loss = ').upper()}, agreement "
+                 f"{training_verdict(final[0]['val_top1'], final[-1]['val_top1'])}")
     ax.legend(fontsize=9)
     return ax.figure
 
 
-def task_explorer(alphas: Mapping[str, Mapping[str, float]], c: Mapping[str, float]):
-    """Pick a task: α of every draft there, and the best textbook speedup it implies with its measured c."""
+def task_explorer(alphas: Mapping[str, Mapping[str, float]], c: Mapping[str, float],
+                  coverage: Mapping[str, Mapping[str, float]] | None = None):
+    """Pick a task: α of every draft there, and the best speedup it implies with its measured c and its coverage
+    on that task (`coverage_speedup`; coverage None: every draft always proposes)."""
     from ipywidgets import Dropdown, interact
-
-    from ..lab.speedup import best_gamma
 
     def show(task):
         fig, ax = plt.subplots(figsize=(6.4, 3.4))
         names = list(alphas[task])
-        s = [best_gamma(min(alphas[task][n], 0.99), c[n])[1] for n in names]
+        cov = {n: coverage[task][n] if coverage else 1.0 for n in names}
+        s = [best_gamma_with_coverage(min(alphas[task][n], 0.99) if cov[n] > 0 else 0.0, c[n], cov[n])[1]
+             for n in names]
         ax.barh(names, s, color=["C2" if v > 1 else "C3" for v in s])
         ax.axvline(1, color="black", lw=0.8)
-        ax.set(xlabel="best textbook speedup over γ (×)", title=f"{task}: what each draft could give")
+        ax.set(xlabel="best predicted speedup over γ, coverage weighed (×)",
+               title=f"{task}: what each draft could give")
         plt.show()
 
     return interact(show, task=Dropdown(options=list(alphas), description="task"))

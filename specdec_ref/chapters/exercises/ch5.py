@@ -44,6 +44,32 @@ def check_winner(answer: tuple[str, int] | None, drafts: dict[str, tuple[float, 
           + ", ".join(f"{n}: {s:.2f}× at γ = {g}" for n, (g, s) in best.items() if n != name) + ").")
 
 
+def check_lookup_prediction(answer: float | None, alpha: float, coverage: float, c: float, gamma: int,
+                            measured: float | None = None, rel: float = 0.01) -> None:
+    """Exercise 3: predict prompt lookup's speedup from its α, its coverage κ and its c; then compare with the clock.
+
+    Accepted within `rel` (relative) of the coverage-weighted formula; the plain textbook formula, which assumes a
+    proposal on every iteration, is rejected with a hint whenever the two differ by more than that.
+    """
+    from ..choosing import coverage_speedup
+    if not answered(answer, "your predicted speedup (a ratio, e.g. 1.3)"):
+        if measured is not None:
+            print(f"Measured: {measured:.3f}×. Predict first, then compare.")
+        return
+    truth = coverage_speedup(alpha, gamma, c, coverage)
+    textbook = predicted_speedup(alpha, gamma, c)
+    assert not (abs(answer - textbook) <= rel * textbook and abs(truth - textbook) > rel * truth), (
+        f"{answer:.3f} is the textbook prediction: it assumes lookup proposes on every iteration, but it had a "
+        f"proposal on only a share κ = {coverage:.2f}; an iteration without one yields a single token")
+    assert abs(answer - truth) <= rel * truth, (
+        f"expected {truth:.3f}×, got {answer:.3f}×. Hint: (κ E[n+1] + 1 - κ) / (1 + c (κγ + 1 - κ)) with "
+        "E[n+1] = (1 - α^(γ+1)) / (1 - α)")
+    msg = f"Correct: {truth:.3f}× (the textbook formula, blind to coverage, says {textbook:.3f}×)."
+    if measured is not None:
+        msg += f" Measured: {measured:.3f}×, so the prediction is off by {truth / measured - 1:+.0%}."
+    print(msg)
+
+
 def _greedy_equal(make_drafter: Callable[[int], Drafter]) -> int:
     """Greedy speculative output with the reader's drafter equals greedy target output; returns tokens drafted."""
     from ...generate import autoregressive_generate, speculative_generate
