@@ -49,7 +49,7 @@ class TrainConfig:
     init_layers: tuple = (0, 29)  # target layers the draft's layers start from
     n_vocab: int = 8192  # draft head size: the most frequent tokens in the target's answers
     train_head: bool = False  # also train the head rows (else they stay the target's tied embedding rows)
-    loss: str = "kl"  # "kl": KL(target || draft); "tv": total variation = 1 - α at T=1 (DistillSpec)
+    loss: str = "kl"  # "kl": KL(target || draft); "tv": total variation, a proxy for 1 - α at T=1 (DistillSpec)
     steps: int = 1200  # optimiser steps
     batch_tokens: int = 4096  # tokens per optimiser step (approximately)
     lr: float = 3e-4  # peak learning rate (linear warm-up, cosine decay)
@@ -201,8 +201,9 @@ def distill_loss(draft, ids, bs, ts, lab_ids, lab_p, dtype: torch.dtype, loss: s
     """KL(teacher || draft) (or, with loss="tv", the total variation 1 - Σ min(p, q)) on answer positions,
     and the draft's top-1 agreement with the teacher's top-1.
 
-    TV is exactly 1 - α at T=1 for one position, the quantity speculative sampling pays for; it only sees
-    the teacher's top-k tokens, where the teacher has mass (elsewhere min(p, q) = 0).
+    On full distributions at T=1, teacher-forced, at one position, 1 - TV is exactly the acceptance β there.
+    Here it is computed on the teacher's top-k labels, renormalised, against the draft's reduced head (the
+    tokens it can propose): a proxy for 1 - α, not α itself (elsewhere min(p, q) = 0 drops out).
     """
     if loss not in ("kl", "tv"):
         raise ValueError(f"loss must be 'kl' or 'tv', got {loss!r}")

@@ -63,8 +63,8 @@ def alpha_along(target, draft, sequences: list[tuple[torch.Tensor, int]]) -> tup
 class DraftRow:
     """One draft on the (α, c) plane, with the γ the textbook formula picks and the speedup measured there."""
     name: str  # which draft
-    alpha_greedy: float  # teacher-forced α, greedy
-    alpha_t1: float  # teacher-forced α at T=1 (1 - total variation)
+    alpha_greedy: float  # teacher-forced α at draft position 1, greedy
+    alpha_t1: float  # teacher-forced α at draft position 1, T=1 (1 - total variation on full distributions)
     coverage: float  # fraction of positions where it proposed anything (1 for model drafts)
     c: float  # one draft step / one target step
     gamma: int = 1  # best γ by the textbook formula (greedy α); 1 where none pays off
