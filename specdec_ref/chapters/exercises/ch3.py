@@ -48,11 +48,11 @@ def check_residual(fn: Callable, n_samples: int = 1500) -> None:
         assert torch.isfinite(r).all(), f"NaN or inf in the residual for p_target={p}, p_draft={q} (p == q?)"
         assert (r >= 0).all() and abs(float(r.sum()) - 1) < 1e-9, "the residual must be a distribution"
         beta = accepted_mass(p, q).sum()
-        total = accepted_mass(p, q) + (1 - beta) * r  # P(emit x) = min(p, q)(x) + (1 - β) r(x)
+        total = accepted_mass(p, q) + (1 - beta) * r  # P(emit x) = min(p_target, p_draft)(x) + (1 - β) r(x)
         assert torch.allclose(total, p, atol=1e-9), (
             f"accepted + rejected-then-resampled mass should equal p_target.\n p_target = {p}\n got      = {total}\n"
             "Hint: which tokens did the draft under-weight?")
-    print("Exact check passed: min(p, q) + (1 - β)·r = p_target on 200 random pairs (float64).")
+    print("Exact check passed: min(p_target, p_draft) + (1 - β)·r = p_target on 200 random pairs (float64).")
     with using_residual(fn):
         result = toy_exactness_test(n_samples)
     print(f"Exactness test with your residual inside verify: chi-square on {result.n} speculative samples "
