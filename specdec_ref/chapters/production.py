@@ -2,16 +2,20 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from ..lab import timing
+from ..drafters import ModelDrafter
+from ..generate import Step, speculative_generate
+from ..lab import bench, timing
 from ..lab.speedup import generalized_speedup
 from ..lab.stats import chi_square_gof, two_sample_chi_square
+from ..sampling import SamplingConfig
+from ..tree import Tree
 
 Costs = Mapping[tuple[int, int], float]  # (batch size B, tokens per sequence k) -> seconds of one target pass
 
@@ -38,6 +42,50 @@ def simulated_power(null_probs: np.ndarray, alt_probs: np.ndarray, n: int, trial
         two += two_sample_chi_square(a.tolist(), b.tolist()).rejects(level)
         gof += chi_square_gof(Counter(b.tolist()), exact).rejects(level)
     return {"two-sample": two / trials, "goodness of fit": gof / trials}
+
+
+# ---------------------------------------------------------------------------------------------
+# Hugging Face's defaults: how long are the drafts under the confidence stop?
+# ---------------------------------------------------------------------------------------------
+
+@torch.inference_mode()
+def confidence_stop_drafts(target, draft, encoded: Sequence[torch.Tensor], max_new_tokens: int, *, cap: int,
+                           threshold: float, eos_token_id: int | None = None) -> tuple[list[int], list[int]]:
+    """Our loop, greedy, with Hugging Face's default drafting rule: up to `cap` tokens, stop below `threshold`.
+
+    Returns (draft length, the most it could have drafted) for every iteration on every prompt (one
+    `[1, T]` tensor each). The most is `cap`, or fewer near max_new_tokens; iterations that could draft
+    nothing are left out. The threshold stays fixed (Hugging Face moves it only when scikit-learn is installed).
+    """
+    drafter = ModelDrafter(draft, confidence_stop=threshold)
+    lengths, caps = [], []
+    for ids in encoded:
+        n_prompt = ids.shape[1]
+
+        def record(step: Step) -> None:
+            room = min(cap, max_new_tokens - (step.context_len - n_prompt) - 1)  # as speculative_generate
+            if room > 0:
+                lengths.append(int(step.draft_tokens.shape[0]))
+                caps.append(room)
+
+        speculative_generate(target, drafter, ids, max_new_tokens, gamma=cap, sampling=SamplingConfig(temperature=0),
+                             eos_token_id=eos_token_id, on_step=record)
+    return lengths, caps
+
+
+def hf_draft_passes_per_target_pass(target, draft, encoded: Sequence[torch.Tensor], max_new_tokens: int,
+                                    generator: torch.Generator, **assist) -> float:
+    """Hugging Face assisted generation, greedy: draft forward passes per target forward pass, counted by hooks.
+
+    Each drafted token costs the assistant one forward pass and each iteration costs the target one, so
+    this is Hugging Face's mean draft length (a little under it: an iteration near max_new_tokens drafts nothing).
+    """
+    with bench.forward_seconds(target, draft) as record:
+        for ids in encoded:
+            bench.hf_generate(target, ids, max_new_tokens, SamplingConfig(temperature=0), generator,
+                              assistant_model=draft, **assist)
+    target_calls, draft_calls = record["calls"]
+    return draft_calls / target_calls
 
 
 # ---------------------------------------------------------------------------------------------
@@ -99,10 +147,13 @@ class PaperModel:
         keys = k * context_len + k * (k + 1) // 2
         return batch_size * (2 * self.matmul_params * k + 4 * self.layers * self.n_heads * self.head_dim * keys)
 
+    def kv_bytes(self, context_len: int, batch_size: int = 1, bytes_per_param: int = 2) -> float:
+        """Bytes of the KV cache: 2 (K and V) x layers x kv heads x head dim x tokens x sequences (∝ B·ℓ)."""
+        return 2 * self.layers * self.n_kv_heads * self.head_dim * context_len * batch_size * bytes_per_param
+
     def bytes(self, k: int, context_len: int, batch_size: int = 1, bytes_per_param: int = 2) -> float:
         """As `timing.bytes_moved`: the weights once, plus every sequence's keys and values."""
-        kv = 2 * self.layers * self.n_kv_heads * self.head_dim * (context_len + k) * batch_size * bytes_per_param
-        return self.read_params * bytes_per_param + kv
+        return self.read_params * bytes_per_param + self.kv_bytes(context_len + k, batch_size, bytes_per_param)
 
 
 def spec_sheet_costs(model: PaperModel, spec: timing.SpecSheet, batch_sizes: Sequence[int], ks: Sequence[int],
@@ -113,12 +164,79 @@ def spec_sheet_costs(model: PaperModel, spec: timing.SpecSheet, batch_sizes: Seq
             for B in batch_sizes for k in ks}
 
 
+def fitting_batches(models: Sequence[PaperModel], spec: timing.SpecSheet, batch_sizes: Sequence[int],
+                    context_len: int, gpus: int = 8, k_max: int = 8, bytes_per_param: int = 2) -> list[int]:
+    """The batch sizes whose weights and KV caches (every model's, ℓ + k_max tokens each) fit in `gpus` such GPUs.
+
+    Tensor parallelism over several GPUs divides every pass's bytes and FLOPs alike, so the ratios that
+    eq. (eq-batch-speedup) needs are those of one GPU (communication left out).
+    """
+    capacity = gpus * spec.memory_gib * 2**30
+
+    def need(B):
+        return sum(m.read_params * bytes_per_param + m.kv_bytes(context_len + k_max, B, bytes_per_param)
+                   for m in models)
+
+    return [B for B in batch_sizes if need(B) <= capacity]
+
+
+def context_speedups(target: PaperModel, draft: PaperModel, spec: timing.SpecSheet, alpha: float, gamma: int,
+                     batch_sizes: Sequence[int], contexts: Sequence[int], gpus: int = 8) -> dict[int, dict[int, float]]:
+    """{ℓ: {B: predicted speedup}} by the roofline, for the batch sizes that fit at each context length ℓ.
+
+    Every pass reads the weights once and each sequence's KV cache (∝ B·ℓ); the draft reads its own, smaller one.
+    """
+    out = {}
+    for ctx in contexts:
+        Bs = fitting_batches((target, draft), spec, batch_sizes, ctx, gpus, gamma + 1)
+        costs = spec_sheet_costs(target, spec, Bs, [1, gamma + 1], ctx)
+        draft_costs = spec_sheet_costs(draft, spec, Bs, [1], ctx)
+        out[ctx] = {B: batch_speedup(costs, draft_costs, alpha, gamma, B) for B in Bs}
+    return out
+
+
 def breakeven_batch(costs: Costs, draft_costs: Costs, alpha: float, gamma: int) -> float | None:
     """The smallest grid batch size at which the predicted speedup falls to 1 or below (None: it never does)."""
     for B in sorted({b for b, _ in costs}):
         if batch_speedup(costs, draft_costs, alpha, gamma, B) <= 1:
             return B
     return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Trees: what one iteration costs, with multi-row draft passes and re-fed rows
+# ---------------------------------------------------------------------------------------------
+
+def draft_rows_per_pass(tree: Tree, refed: float) -> list[float]:
+    """Rows each draft pass of one static-tree iteration scores (`tree.draft_tree`), in order.
+
+    Pass 0 feeds the new root plus the `refed` tokens accepted last time (the loop rolled the draft's
+    cache back to the context); pass i >= 1 feeds every node at depth i that has children. A chain of γ
+    is [refed + 1, 1, ..., 1]; a tree's later passes score several rows each.
+    """
+    depth = tree.depths()
+    inner = [sum(1 for v in range(1, tree.size + 1) if depth[v] == d and tree.children(v))
+             for d in range(1, max(depth))]  # nodes of depth d that have children
+    return [refed + 1.0] + [float(m) for m in inner]
+
+
+def tree_iteration_cost(tree: Tree, refed: float, draft_cost: Callable[[float], float],
+                        verify_cost: Callable[[float], float], refed_target: float | None = None) -> float:
+    """Time of one static-tree iteration in target steps t(1): Σ_i t_draft(m_i)/t(1) + t(|𝒯| + 1 + r)/t(1).
+
+    draft_cost(m) = t_draft(m)/t(1) for a draft pass scoring m rows; verify_cost(k) = t(k)/t(1); m_i from
+    `draft_rows_per_pass`. The target's pass scores the |𝒯| nodes, the root and r re-fed tokens (r = refed
+    for this loop, which rolls the target's cache back too; 0 for a loop that keeps the accepted rows).
+    The loop overhead h is left out.
+    """
+    r = refed if refed_target is None else refed_target
+    return sum(draft_cost(m) for m in draft_rows_per_pass(tree, refed)) + verify_cost(tree.size + 1 + r)
+
+
+def cost_curve(latencies: Mapping[int, float], unit: float) -> Callable[[float], float]:
+    """k -> latency(k) / unit, linear between measured k (a median per k, e.g. from `timing.latency_curve`)."""
+    ks = sorted(latencies)
+    return lambda k: float(np.interp(k, ks, [latencies[kk] for kk in ks])) / unit
 
 
 # ---------------------------------------------------------------------------------------------
@@ -160,13 +278,13 @@ def plot_speedup_vs_batch(curves: Mapping[str, tuple[Sequence[float], Sequence[f
 
 def plot_batch_speedup_twin(cpu_costs: Costs, cpu_draft: Costs, gpu_costs: Mapping[str, tuple[Costs, Costs]],
                             alpha: float, gamma: int, B: int = 1):
-    """Two panels: this CPU (measured t(B, k)) and spec-sheet GPUs (roofline), at one (α, γ), star at B."""
+    """Two panels: this machine (measured t(B, k)) and spec-sheet GPUs (roofline), at one (α, γ), star at B."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
     cpu_Bs = np.arange(1, max(b for b, _ in cpu_costs) + 1)
     s = [batch_speedup(cpu_costs, cpu_draft, alpha, gamma, b) for b in cpu_Bs]
     here = batch_speedup(cpu_costs, cpu_draft, alpha, gamma, B)
-    plot_speedup_vs_batch({"this CPU (measured t(B, k))": (cpu_Bs, s)}, mark=(B, here), ax=left,
-                          title=f"This CPU, α = {alpha:.2f}, γ = {gamma}: {here:.2f}× at B = {B}")
+    plot_speedup_vs_batch({"this machine (measured t(B, k))": (cpu_Bs, s)}, mark=(B, here), ax=left,
+                          title=f"This machine, α = {alpha:.2f}, γ = {gamma}: {here:.2f}× at B = {B}")
     curves = {}
     for name, (costs, draft) in gpu_costs.items():
         Bs = sorted({b for b, _ in costs})
@@ -206,6 +324,6 @@ def plot_tree_vs_chain(rows: Mapping[str, Mapping[str, float]], ax=None):
     ax.set_xticks(x, names, fontsize=9)
     ax.axhline(1, color="black", lw=0.8, ls="--")
     best = max(names, key=lambda n: rows[n]["tokens_per_cost"])
-    ax.set(ylabel="tokens", title=f"Per unit of time on this CPU, {best} wins")
+    ax.set(ylabel="tokens", title=f"Per unit of time on this machine, {best} wins")
     ax.legend(fontsize=9)
     return ax.figure

@@ -386,7 +386,7 @@ def train(cfg: EagleConfig, target, feature_paths: list[Path]):
         optimiser_step(opt, params, loss, lr)
         step += 1
         if step % 25 == 0:
-            log(cfg, f"step {step}/{cfg.steps} epoch {epoch}: loss {float(loss):.3f}, top-1 by depth "
+            log(cfg, f"step {step}/{cfg.steps} epoch {epoch}: loss {float(loss.detach()):.3f}, top-1 by depth "
                      f"{', '.join(f'{float(a):.1%}' for a in agree)}, "
                      f"lr {lr:.1e}, {(time.time() - t0) / 60:.1f} min")
         if step % cfg.eval_every == 0 or step == cfg.steps:

@@ -1,15 +1,21 @@
 """Checkers for chapter 6, "In production".
 
-Each `check_*` takes the reader's answer first. Left as None it prints "Not attempted yet"; a wrong
-answer raises AssertionError with a hint; a right one prints why it is right.
+Each `check_*` takes the reader's answer first. Left as None (or a function that still raises
+NotImplementedError) it prints "Not attempted yet"; a wrong answer raises AssertionError with a hint;
+a right one prints why it is right.
 """
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable
+
 import torch
 
+from ...lab.speedup import predicted_speedup
+from ...lab.stats import SIGNIFICANCE, chi_square_gof
 from ...tree import Tree, verify_tree_greedy
-from ..production import batch_speedup, breakeven_batch
-from .common import answered
+from ..production import Costs, batch_speedup, breakeven_batch
+from .common import answered, attempted
 
 # Exercise 1: a made-up accelerator whose target pass costs max(10 ms, 0.1 ms x B·k) (memory-bound until B·k = 100
 # tokens, then compute-bound) and whose draft step costs max(2 ms, 0.012 ms x B).
@@ -77,3 +83,95 @@ def check_hf_settings(answer: dict | None) -> None:
                                       "read the defaults printed in the chapter")
     print("Correct: γ = 3 every iteration, never changed by the schedule, and no confidence stop "
           "(a threshold of 0 is never undercut).")
+
+
+# Exercise 4: sampled verification at one node of a dynamic tree, whose children are the draft's top-k tokens.
+NODE_PROBS = torch.tensor([0.30, 0.05, 0.35, 0.10, 0.15, 0.05], dtype=torch.float64)  # p_target at the node, [V = 6]
+NODE_CANDIDATES = torch.tensor([2, 0, 4])  # the children's tokens, the draft's top-3 (distinct), tried in this order
+NODE_CASES = (  # (p_target, candidates): the example, one child, children holding no mass, children holding it all
+    (NODE_PROBS, NODE_CANDIDATES),
+    (NODE_PROBS, torch.tensor([3])),
+    (torch.tensor([0.0, 0.4, 0.0, 0.3, 0.0, 0.3], dtype=torch.float64), torch.tensor([0, 2, 4])),
+    (torch.tensor([0.5, 0.5, 0.0, 0.0, 0.0, 0.0], dtype=torch.float64), torch.tensor([1, 0])),
+)
+NODE_SAMPLES = 3000  # draws per case for the chi-square test
+NODE_SEED = 0  # seeds the torch.Generator of every case
+
+
+def emitted_counts(fn: Callable, target_probs: torch.Tensor, candidates: torch.Tensor, n: int = NODE_SAMPLES,
+                   seed: int = NODE_SEED) -> Counter:
+    """How often fn(target_probs, candidates, generator) emits each token in n calls, from one seeded generator."""
+    generator = torch.Generator().manual_seed(seed)
+    counts = Counter()
+    for _ in range(n):
+        token = fn(target_probs.clone(), candidates, generator)
+        counts[int(token)] += 1
+    return counts
+
+
+def point_mass_verify_without_removal(target_probs, candidates, generator):  # [V], [k] -> int
+    """A known-wrong variant: a rejected candidate is never removed, so it can come back in the final sample."""
+    for x in candidates:
+        if torch.rand((), generator=generator, dtype=target_probs.dtype) < target_probs[x]:
+            return int(x)
+    return int(torch.multinomial(target_probs, 1, generator=generator))
+
+
+def check_point_mass_verify(fn: Callable, n: int = NODE_SAMPLES, seed: int = NODE_SEED,
+                            level: float = SIGNIFICANCE) -> None:
+    """Exercise 4: fn(target_probs [V], candidates [k], generator) -> the emitted token (an int).
+
+    Judged by chi-square goodness of fit of n emitted tokens against target_probs, at significance `level`,
+    with a fixed seed, on every case of NODE_CASES; the same test must reject the known-wrong variant.
+    """
+    if not attempted(fn, NODE_PROBS.clone(), NODE_CANDIDATES, torch.Generator().manual_seed(seed)):
+        return
+    for probs, cands in NODE_CASES:
+        token = fn(probs.clone(), cands, torch.Generator().manual_seed(seed))
+        assert int(token) in range(probs.shape[0]), f"fn must return a token id in [0, {probs.shape[0]}), got {token!r}"
+        counts = emitted_counts(fn, probs, cands, n, seed)
+        exact = {i: float(p) for i, p in enumerate(probs.tolist()) if p > 0}
+        result = chi_square_gof(counts, exact)
+        emitted = {k: round(v / n, 3) for k, v in sorted(counts.items())}
+        assert not result.rejects(level), (
+            f"with p_target = {probs.tolist()} and candidates {cands.tolist()}, the emitted tokens are not distributed "
+            f"as p_target: {result}, level {level}. Emitted frequencies: {emitted}. Hint: after a rejection, set the "
+            "rejected token's probability to 0 and divide by what is left before trying the next candidate, and "
+            "sample the final token from what is left")
+        print(f"candidates {cands.tolist()}: {result} -> no evidence of a difference from p_target at level {level}")
+    wrong = chi_square_gof(emitted_counts(point_mass_verify_without_removal, NODE_PROBS, NODE_CANDIDATES, n, seed),
+                           {i: float(p) for i, p in enumerate(NODE_PROBS.tolist())})
+    assert wrong.rejects(level), f"the test lost its power against the wrong variant ({wrong}); report this"
+    print(f"The same test, same n and seed, rejects a variant that never removes rejected candidates ({wrong}). "
+          "Correct: your rule emits exactly p_target, whatever the candidates.")
+
+
+# Exercise 5: the batch speedup S(B) from measured costs t(B, k) and draft costs t_draft(B, 1).
+def check_batch_speedup(fn: Callable, costs: Costs | None = None, draft_costs: Costs | None = None,
+                        alpha: float = 0.7, rel: float = 1e-6) -> None:
+    """Exercise 5: fn(costs, draft_costs, alpha, gamma, B) -> S(B), eq. (eq-batch-speedup) at a measured B.
+
+    Judged against `production.batch_speedup` at every measured B and every γ with γ + 1 measured.
+    Defaults: the made-up accelerator of exercise 1.
+    """
+    costs = TARGET_COSTS if costs is None else costs
+    draft_costs = DRAFT_COSTS if draft_costs is None else draft_costs
+    Bs, ks = sorted({b for b, _ in costs}), sorted({k for _, k in costs})
+    gammas = [k - 1 for k in ks if k > 1]
+    if not gammas:
+        raise ValueError("costs must hold t(B, k) for k = 1 and at least one k > 1")
+    if not attempted(fn, costs, draft_costs, alpha, gammas[0], Bs[0]):
+        return
+    for B in Bs:
+        for gamma in gammas:
+            got = float(fn(costs, draft_costs, alpha, gamma, B))
+            want = batch_speedup(costs, draft_costs, alpha, gamma, B)
+            textbook = predicted_speedup(alpha, gamma, draft_costs[(B, 1)] / costs[(B, 1)])  # t(B, γ+1) = t(B, 1)
+            hint = ("Hint: you used the textbook formula, which assumes t(B, γ+1) = t(B, 1); divide by "
+                    "γ·c(B) + t(B, γ+1)/t(B, 1) instead" if abs(got - textbook) <= rel * abs(got)
+                    else "Hint: c(B) = t_draft(B, 1)/t(B, 1) and the verify cost t(B, γ+1)/t(B, 1) are both taken at "
+                         "the same B; the numerator is (1 - α^(γ+1))/(1 - α)")
+            assert abs(got - want) <= rel * abs(want), (
+                f"S(B = {B}) at γ = {gamma}: got {got:.4f}, expected {want:.4f}. {hint}")
+    table = ", ".join(f"B={B}: {batch_speedup(costs, draft_costs, alpha, gammas[-1], B):.2f}×" for B in Bs)
+    print(f"Correct at every measured B and γ in {gammas}. At γ = {gammas[-1]}, α = {alpha:.2f}: {table}.")
