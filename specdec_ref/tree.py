@@ -237,7 +237,9 @@ def verify_tree_greedy(tree: Tree, node_tokens: torch.Tensor,
 def verify_tree(tree: Tree, node_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor,
                 generator: torch.Generator | None = None,
                 ) -> tuple[list[int], torch.Tensor]:  # [N+1], [N+1, V] x2 -> (path, [1])
-    """SpecInfer's multi-step speculative sampling (Miao et al. 2024, Alg. 2); not SpecTr's k-sequential selection, a different rule.
+    """SpecInfer's multi-step speculative sampling (Miao et al. 2024, Alg. 2).
+
+    Not SpecTr's k-sequential selection (Sun et al. 2023), an optimal-transport rule with another residual.
 
     At a node, with p = target_probs[node] and q = draft_probs[node], try the children in order:
     accept child x with probability min(1, p(x)/q(x)); after a rejection set p = normalise(max(p - q, 0))
