@@ -66,15 +66,20 @@ def test_interpolated_costs_hit_the_grid_and_lie_between_points():
     assert production.interp_cost(costs, 2, 3) == pytest.approx((1 * 10 + 3) + (40 + 3 - 13) / 3)
 
 
-def point_mass_verify(target_probs, candidates, generator):  # [V], [k] -> int: the exercise's solution
+def _try_candidates(target_probs, candidates, generator):  # -> (accepted token or None, what is left)
     p = target_probs
     for x in candidates:
         if torch.rand((), generator=generator, dtype=p.dtype) < p[x]:
-            return int(x)
+            return int(x), p
         p = p.clone()
         p[x] = 0
         p = p / p.sum()
-    return int(torch.multinomial(p, 1, generator=generator))
+    return None, p
+
+
+def point_mass_verify(target_probs, candidates, generator):  # [V], [k] -> int: the exercise's solution
+    x, rest = _try_candidates(target_probs, candidates, generator)
+    return x if x is not None else int(torch.multinomial(rest, 1, generator=generator))
 
 
 def verify_without_renormalising(target_probs, candidates, generator):  # wrong: later candidates judged on raw mass
@@ -87,14 +92,8 @@ def verify_without_renormalising(target_probs, candidates, generator):  # wrong:
 
 
 def verify_final_sample_from_full_target(target_probs, candidates, generator):  # wrong: rejected tokens come back
-    p = target_probs
-    for x in candidates:
-        if torch.rand((), generator=generator, dtype=p.dtype) < p[x]:
-            return int(x)
-        p = p.clone()
-        p[x] = 0
-        p = p / p.sum()
-    return int(torch.multinomial(target_probs, 1, generator=generator))
+    x, _ = _try_candidates(target_probs, candidates, generator)
+    return x if x is not None else int(torch.multinomial(target_probs, 1, generator=generator))
 
 
 def test_point_mass_checker_passes_the_exact_rule_and_the_package_rule(capsys):

@@ -335,13 +335,14 @@ def eagle_loss(head, rows: list[dict], noise: float, ce_weight: float, generator
     if noise > 0:  # EAGLE's input noise: the head must cope with its own imperfect features when drafting
         rms = h_in.pow(2).mean(-1, keepdim=True).sqrt()
         h_in = h_in + noise * rms * (2 * torch.rand(h_in.shape, generator=generator, dtype=dtype) - 1)
+    p_answer = head.head.reduced_logits(h_next[answer]).float().softmax(-1)  # [N, n_vocab] the target's, once
+    position = torch.arange(answer.shape[1]).expand_as(answer)  # [B, n]
     total, agree = 0.0, []
     for s, f_all in enumerate(ttt_features(head, h_in, x_next, steps)):
-        keep = answer.clone()
-        keep[:, :s] = False  # depth s + 1 at position i starts from a true feature at i - s >= 0
-        f, want = f_all[keep], h_next[keep]  # [N, d]
-        logq = head.head.reduced_logits(f).float().log_softmax(-1)  # [N, n_vocab]
-        p_target = head.head.reduced_logits(want).float().softmax(-1)  # [N, n_vocab] the target's next-token distribution
+        keep = answer & (position >= s)  # depth s + 1 at position i starts from a true feature at i - s >= 0
+        f, want = f_all[keep], h_next[keep]  # [N_s, d]
+        logq = head.head.reduced_logits(f).float().log_softmax(-1)  # [N_s, n_vocab]
+        p_target = p_answer[keep[answer]]  # [N_s, n_vocab]
         total = total + F.smooth_l1_loss(f.float(), want.float()) + ce_weight * -(p_target * logq).sum(-1).mean()
         agree.append((logq.argmax(-1) == p_target.argmax(-1)).float().mean())
     return total / steps, torch.stack(agree)
