@@ -24,16 +24,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import specdec_ref as sd  # noqa: E402
 from specdec_ref.distill.prompts import HELD_OUT  # noqa: E402
 from specdec_ref.lab.coverage import coverage_by_depth, greedy_answers  # noqa: E402
-from specdec_ref.lab.diagnose import measure, measure_speedups, method_taus, predicted_from_tau  # noqa: E402
+from specdec_ref.lab.diagnose import (measure, measure_speedups, method_taus, predicted_from_tau,  # noqa: E402
+                                     rows_and_passes)
 from specdec_ref.models import feature_draft  # noqa: E402
 
 METHODS = {"chain γ=2": dict(gamma=2), "chain γ=3": dict(gamma=3), "chain γ=4": dict(gamma=4),
            "tree 3/3/8": dict(tree=sd.TreeBudget(3, 3, 8)), "tree 4/4/12": dict(tree=sd.TreeBudget(4, 4, 12))}
-
-
-def rows_and_passes(how: dict) -> tuple[int, int]:
-    b = how.get("tree")
-    return (b.n_nodes + 1, b.depth) if b else (how["gamma"] + 1, how["gamma"])
 
 
 def main() -> None:

@@ -238,14 +238,14 @@ def predicted_from_tau(tau: float, verify_rows: int, draft_passes: int, m: Measu
 
 def choose_method(taus: dict[str, float], methods: dict, m: Measurements) -> tuple[str, dict[str, float]]:
     """The method with the highest predicted speedup from measured τ and this machine's costs -> (name, all)."""
-    predicted = {}
-    for name, how in methods.items():
-        if "tree" in how:
-            b = how["tree"]
-            predicted[name] = predicted_from_tau(taus[name], b.n_nodes + 1, b.depth, m)
-        else:
-            predicted[name] = predicted_from_tau(taus[name], how["gamma"] + 1, how["gamma"], m)
+    predicted = {name: predicted_from_tau(taus[name], *rows_and_passes(how), m) for name, how in methods.items()}
     return max(predicted, key=predicted.get), predicted
+
+
+def rows_and_passes(how: dict) -> tuple[int, int]:
+    """(rows the target scores, draft passes) per iteration of dict(gamma=γ) or dict(tree=TreeBudget)."""
+    b = how.get("tree")
+    return (b.n_nodes + 1, b.depth) if b else (how["gamma"] + 1, how["gamma"])
 
 
 def diagnose(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, max_new_tokens: int = 64,
