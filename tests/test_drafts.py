@@ -64,3 +64,18 @@ def test_tv_loss_is_one_minus_overlap_and_kl_is_the_default():
     assert float(kl) == pytest.approx(float((lab_p * (lab_p / torch.tensor([[0.5, 0.3]])).log()).sum()))
     with pytest.raises(ValueError, match="'kl' or 'tv'"):
         distill_loss(Draft(q_logits), *args, loss="js")
+
+
+def test_training_dtype_follows_the_device_unless_named(monkeypatch):
+    """auto never trains in an emulated or float16 dtype; a named dtype is taken as given, a bad one refused."""
+    from specdec_ref.distill import train
+    model = torch.nn.Linear(2, 2)
+    for device_best, gen, training in ((torch.bfloat16, torch.bfloat16, torch.bfloat16),
+                                       (torch.float32, torch.float32, torch.float32),
+                                       (torch.float16, torch.float16, torch.float32)):
+        monkeypatch.setattr(train, "default_dtype", lambda device, best=device_best: best)
+        assert train.pick_dtype("auto", model) == gen
+        assert train.pick_dtype("auto", model, training=True) == training
+    assert train.pick_dtype("bfloat16", model, training=True) == torch.bfloat16
+    with pytest.raises(ValueError, match="torch dtype name"):
+        train.pick_dtype("bf16", model)

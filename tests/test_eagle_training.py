@@ -50,12 +50,16 @@ def test_corpus_merges_other_runs_and_refuses_a_folder_without_answers(tmp_path)
 
 
 def _toy_head():
+    return _toy_pair()[1]
+
+
+def _toy_pair():
     from transformers import LlamaConfig, LlamaForCausalLM
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
     target = LlamaForCausalLM(config).float().eval()
-    return feature_draft.FeatureHead(target, 1).eval()
+    return target, feature_draft.FeatureHead(target, 1).eval()
 
 
 @torch.no_grad()
@@ -95,3 +99,20 @@ def test_training_time_test_loss_trains_every_depth():
     assert head.fc.weight.grad is not None and head.fc.weight.grad.abs().sum() > 0
     with pytest.raises(ValueError, match="no feature-draft weights"):  # --init names a folder without a head
         eagle.train(eagle.EagleConfig(init="/nonexistent"), None, [])
+
+
+@torch.no_grad()
+def test_grown_head_starts_as_the_shallow_head_and_can_learn():
+    """feature_draft.grow adds layers that begin as the identity: same features, then trainable."""
+    target, head = _toy_pair()
+    g = torch.Generator().manual_seed(3)
+    hid, ids = torch.randn(1, 7, 32, generator=g), torch.randint(0, 40, (1, 7), generator=g)
+    deeper = feature_draft.grow(head, target, 3).eval()
+    assert deeper.body.config.num_hidden_layers == 3
+    torch.testing.assert_close(deeper(hid, ids), head(hid, ids))
+    # power: the same layers without the zeroed projections compute something else
+    for layer in deeper.body.layers[1:]:
+        layer.mlp.down_proj.weight.normal_(0, 0.1, generator=g)
+    assert not torch.allclose(deeper(hid, ids), head(hid, ids), atol=1e-3)
+    with pytest.raises(ValueError, match="grow makes a head deeper"):
+        feature_draft.grow(deeper, target, 1)

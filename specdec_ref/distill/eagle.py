@@ -62,7 +62,7 @@ class EagleConfig:
     threads: int = 1  # torch threads (1 is faster than 2 when another job shares the 2 cores)
     n_layers: int = 1  # decoder layers in the head
     ttt_steps: int = 3  # training-time test: passes that feed the head its own features (1: EAGLE-1's objective)
-    init: str = ""  # an exported head to fine-tune instead of a fresh one ("" : start from scratch)
+    init: str = ""  # an exported head to fine-tune instead of a fresh one ("": from scratch); deeper n_layers grows it
     steps: int = 3000  # optimiser steps
     batch_tokens: int = 4096  # tokens per step (approximately)
     lr: float = 1e-3  # peak learning rate (linear warm-up, cosine decay)
@@ -359,9 +359,10 @@ def train(cfg: EagleConfig, target, feature_paths: list[Path]):
     train_rows, val_rows = rows[:-n_val], rows[-n_val:]
     n_tok = sum(int(r["ids"].shape[0] - r["n_prompt"]) for r in train_rows)
     if cfg.init:  # fine-tune an exported head (e.g. the shipped one) instead of starting from scratch
-        head = feature_draft.load(target, cfg.init).train()
-        if head.body.config.num_hidden_layers != cfg.n_layers:
-            raise ValueError(f"--init {cfg.init} has {head.body.config.num_hidden_layers} layers, --n-layers {cfg.n_layers}")
+        head = feature_draft.load(target, cfg.init)
+        if head.body.config.num_hidden_layers > cfg.n_layers:
+            raise ValueError(f"--init {cfg.init} has {head.body.config.num_hidden_layers} layers, more than --n-layers {cfg.n_layers}")
+        head = feature_draft.grow(head, target, cfg.n_layers).train()  # new layers start as the identity
     else:
         head = feature_draft.FeatureHead(target, cfg.n_layers, head_vocab()).train()
     params = [p for n, p in head.named_parameters() if n.startswith(("fc.", "body.")) and "embed_tokens" not in n]

@@ -31,7 +31,7 @@ from transformers import DynamicCache
 
 from ..cache import cache_kwargs
 from ..models import offline_draft
-from ..models import encode_chat
+from ..models import default_dtype, encode_chat
 from .prompts import training_prompts
 
 
@@ -44,7 +44,7 @@ class TrainConfig:
     max_new_tokens: int = 160  # answer length cap per prompt
     temperatures: tuple = (0.0, 0.7, 1.0)  # sampling temperature cycles over these, one per batch
     top_k_labels: int = 32  # soft labels kept per position
-    gen_dtype: str = "bfloat16"  # target dtype for data generation (bf16 uses the CPU's AMX units)
+    gen_dtype: str = "auto"  # target dtype for data generation: auto = `models.default_dtype` of the target's device
     n_layers: int = 2  # draft transformer layers
     init_layers: tuple = (0, 29)  # target layers the draft's layers start from
     n_vocab: int = 8192  # draft head size: the most frequent tokens in the target's answers
@@ -55,9 +55,23 @@ class TrainConfig:
     lr: float = 3e-4  # peak learning rate (linear warm-up, cosine decay)
     warmup: int = 50  # warm-up steps
     eval_every: int = 100  # steps between held-out evaluations and checkpoints
-    train_dtype: str = "bfloat16"  # autocast dtype for training ("float32" to disable)
+    train_dtype: str = "auto"  # autocast dtype for training: auto = bfloat16 where the device has it natively, else float32
     threads: int = 1  # torch threads (1 is much faster than 2 when other jobs share the 2 cores)
     notes: dict = field(default_factory=dict)  # free-form, copied into the exported config
+
+
+def pick_dtype(name: str, model: torch.nn.Module, training: bool = False) -> torch.dtype:
+    """The dtype a config names; "auto" picks the fastest the model's device really has (`models.default_dtype`).
+
+    Emulated bfloat16 (an AVX2-only CPU) is several times slower than float32, so auto never picks it. For
+    training, auto keeps to bfloat16 or float32: float16 autocast would need loss scaling.
+    """
+    if name != "auto":
+        if not isinstance(getattr(torch, name, None), torch.dtype):
+            raise ValueError(f"dtype must be 'auto' or a torch dtype name such as 'float32', got {name!r}")
+        return getattr(torch, name)
+    dtype = default_dtype(next(model.parameters()).device)
+    return torch.float32 if training and dtype != torch.bfloat16 else dtype
 
 
 def log(cfg, msg: str) -> None:
@@ -129,7 +143,7 @@ def make_data(cfg: TrainConfig, target, tokenizer) -> list[dict]:
             temp = cfg.temperatures[i % len(cfg.temperatures)]
             batch = [encode_chat(tokenizer, p)[0] for p in prompts[i * cfg.batch_prompts:(i + 1) * cfg.batch_prompts]]
             tb = time.time()
-            gen_model = gen_model or copy.deepcopy(target).to(getattr(torch, cfg.gen_dtype))
+            gen_model = gen_model or copy.deepcopy(target).to(pick_dtype(cfg.gen_dtype, target))
             new = sample_batch(gen_model, batch, cfg.max_new_tokens, temp, cfg.top_k_labels,
                                tokenizer.eos_token_id, g)
             torch.save(new, shard.with_suffix(".tmp"))
@@ -207,7 +221,7 @@ def distill_loss(draft, ids, bs, ts, lab_ids, lab_p, dtype: torch.dtype, loss: s
     """
     if loss not in ("kl", "tv"):
         raise ValueError(f"loss must be 'kl' or 'tv', got {loss!r}")
-    with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+    with torch.autocast(ids.device.type, dtype=dtype, enabled=dtype != torch.float32):
         hidden = draft.model(input_ids=ids, use_cache=False).last_hidden_state  # [B, L, d]
         logits = draft.lm_head.reduced_logits(hidden[bs, ts])  # [N, n_vocab]
     logq = logits.float().log_softmax(-1)  # [N, n_vocab]
@@ -288,7 +302,7 @@ def train(cfg: TrainConfig, target, rows: list[dict], eos_token_id: int):
     if step:
         log(cfg, f"resumed from step {step}")
     batches, val_batches = make_batches(train_rows, cfg.batch_tokens), make_batches(val_rows, cfg.batch_tokens)
-    dtype, pad_id, t0 = getattr(torch, cfg.train_dtype), eos_token_id, time.time()
+    dtype, pad_id, t0 = pick_dtype(cfg.train_dtype, target, training=True), eos_token_id, time.time()
     if step == 0:
         kl, agree = evaluate(draft, val_rows, val_batches, full2sub, pad_id, dtype)
         curve.append({"step": 0, "val_kl": kl, "val_top1": agree})

@@ -67,6 +67,27 @@ class FeatureHead(nn.Module):
         return self.head.weight.shape[0]
 
 
+def grow(head: FeatureHead, target, n_layers: int) -> FeatureHead:
+    """A deeper head that starts out computing exactly what `head` computes.
+
+    Its first layers are `head`'s; each new layer's two output projections (attention's o_proj, the MLP's
+    down_proj) start at zero, so the layer adds nothing to the residual stream until training moves them.
+    Fine-tuning from here keeps what the shallow head learnt instead of starting over.
+    """
+    n_old = head.body.config.num_hidden_layers
+    if n_layers < n_old:
+        raise ValueError(f"grow makes a head deeper: asked for {n_layers} layers, the head has {n_old}")
+    deeper = FeatureHead(target, n_layers, head.head.keep_ids)
+    missing, unexpected = deeper.load_state_dict(head.state_dict(), strict=False)
+    if unexpected or any(not k.startswith(tuple(f"body.layers.{i}." for i in range(n_old, n_layers))) for k in missing):
+        raise ValueError(f"cannot grow this head: missing {missing}, unexpected {unexpected}")
+    with torch.no_grad():
+        for layer in deeper.body.layers[n_old:]:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+    return deeper.train(head.training)
+
+
 def trained_state(head: FeatureHead) -> dict[str, torch.Tensor]:
     """The head's own tensors: everything but the shared embedding and output rows."""
     shared = {"embed.weight", "head.weight", "head.sub_weight", "body.embed_tokens.weight"}
