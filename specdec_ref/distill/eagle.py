@@ -74,6 +74,7 @@ class EagleConfig:
     eval_tokens: int = 96  # tokens generated per held-out prompt
     stop_after: str = "eval"  # last stage to run: prompts, answers, features, train or eval
     extra_runs: str = ""  # comma-separated run directories whose answer shards join this run's (merged corpora)
+    device: str = "auto"  # where the target loads: auto = a CUDA GPU if there is one (the corpus in minutes), else cpu
     gen_dtype: str = "auto"  # dtype of the stages 1-2 copy: auto (bfloat16 where the CPU multiplies it natively)
 
 
@@ -248,8 +249,8 @@ def make_features(cfg: EagleConfig, target, answer_paths: list[Path]) -> list[Pa
             continue
         t0, rows = time.time(), torch.load(src, weights_only=True)
         for r in rows:  # one sequence at a time: no padding to get wrong, and ~800 tokens/s on 2 cores anyway
-            out = target(input_ids=r["ids"].long()[None], output_hidden_states=True)
-            r["hidden"] = out.hidden_states[-1][0].to(torch.float16)  # [L, d]
+            out = target(input_ids=r["ids"].long()[None].to(target.device), output_hidden_states=True)
+            r["hidden"] = out.hidden_states[-1][0].to(torch.float16).cpu()  # [L, d]
         _save(rows, path)
         n = sum(r["ids"].shape[0] for r in rows)
         log(cfg, f"features: {path.name}, {n} tokens ({n / (time.time() - t0):.0f} tok/s)")
@@ -329,14 +330,15 @@ def eagle_loss(head, rows: list[dict], noise: float, ce_weight: float, generator
     At every depth: SmoothL1 between the guessed and the true next feature, plus ce_weight times the
     cross-entropy against the target's own next-token distribution; the depths' losses are averaged.
     """
-    dtype = head.fc.weight.dtype
-    ids, hid, answer = pad_rows(rows, dtype)
+    dtype, device = head.fc.weight.dtype, head.fc.weight.device
+    ids, hid, answer = (t.to(device) for t in pad_rows(rows, dtype))  # built on the CPU
     h_in, h_next, x_next = hid[:, :-1], hid[:, 1:], ids[:, 1:]  # [B, n, d], [B, n, d], [B, n]
     if noise > 0:  # EAGLE's input noise: the head must cope with its own imperfect features when drafting
         rms = h_in.pow(2).mean(-1, keepdim=True).sqrt()
-        h_in = h_in + noise * rms * (2 * torch.rand(h_in.shape, generator=generator, dtype=dtype) - 1)
+        u = torch.rand(h_in.shape, generator=generator, dtype=dtype).to(device)  # seeded on the CPU, any device
+        h_in = h_in + noise * rms * (2 * u - 1)
     p_answer = head.head.reduced_logits(h_next[answer]).float().softmax(-1)  # [N, n_vocab] the target's, once
-    position = torch.arange(answer.shape[1]).expand_as(answer)  # [B, n]
+    position = torch.arange(answer.shape[1], device=device).expand_as(answer)  # [B, n]
     total, agree = 0.0, []
     for s, f_all in enumerate(ttt_features(head, h_in, x_next, steps)):
         keep = answer & (position >= s)  # depth s + 1 at position i starts from a true feature at i - s >= 0
@@ -412,11 +414,11 @@ def alpha_per_position(target, drafter, tokenizer, prompts: list[str], gamma: in
                        sampling: SamplingConfig, seed: int = 0) -> list[float]:
     """P(draft position i is accepted | positions before it were), i = 1..γ, from real speculative runs."""
     reached, accepted = [0] * gamma, [0] * gamma
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(target.device).manual_seed(seed)
     for prompt in prompts:
         steps = []
-        speculative_generate(target, drafter, encode_chat(tokenizer, prompt), max_new_tokens, gamma=gamma,
-                             sampling=sampling, generator=g, eos_token_id=tokenizer.eos_token_id,
+        speculative_generate(target, drafter, encode_chat(tokenizer, prompt, target.device), max_new_tokens,
+                             gamma=gamma, sampling=sampling, generator=g, eos_token_id=tokenizer.eos_token_id,
                              on_step=steps.append)
         for s in steps:
             for i in range(min(s.n_accepted + 1, s.draft_tokens.shape[0])):

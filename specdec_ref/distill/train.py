@@ -57,6 +57,7 @@ class TrainConfig:
     eval_every: int = 100  # steps between held-out evaluations and checkpoints
     train_dtype: str = "auto"  # autocast dtype for training: auto = bfloat16 where the device has it natively, else float32
     threads: int = 1  # torch threads (1 is much faster than 2 when other jobs share the 2 cores)
+    device: str = "auto"  # where the target loads when none is passed: auto = a CUDA GPU if there is one, else cpu
     notes: dict = field(default_factory=dict)  # free-form, copied into the exported config
 
 
@@ -72,6 +73,16 @@ def pick_dtype(name: str, model: torch.nn.Module, training: bool = False) -> tor
         return getattr(torch, name)
     dtype = default_dtype(next(model.parameters()).device)
     return torch.float32 if training and dtype != torch.bfloat16 else dtype
+
+
+def run_device(name: str) -> torch.device:
+    """The device a run loads the target on: "auto" is the first CUDA GPU where there is one, else the CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device(name)
+    except RuntimeError as err:
+        raise ValueError(f"device must be 'auto' or a torch device such as 'cpu' or 'cuda', got {name!r}") from err
 
 
 def log(cfg, msg: str) -> None:
@@ -91,16 +102,16 @@ def sample_batch(target, prompts: list[torch.Tensor], max_new_tokens: int, tempe
 
     Rows that have written EOS leave the batch (and the cache), so long answers do not keep short ones busy.
     """
-    B, T = len(prompts), max(p.shape[0] for p in prompts)
-    ids = torch.full((B, T), eos_token_id, dtype=torch.long)  # [B, T] left-padded
-    mask = torch.zeros(B, T, dtype=torch.long)
+    B, T, device = len(prompts), max(p.shape[0] for p in prompts), next(target.parameters()).device
+    ids = torch.full((B, T), eos_token_id, dtype=torch.long, device=device)  # [B, T] left-padded
+    mask = torch.zeros(B, T, dtype=torch.long, device=device)
     for b, p in enumerate(prompts):
         ids[b, T - p.shape[0]:], mask[b, T - p.shape[0]:] = p, 1
     pos = (mask.cumsum(-1) - 1).clamp(min=0)  # [B, T]
     cache = DynamicCache()
     logits = target(input_ids=ids, attention_mask=mask, position_ids=pos, **cache_kwargs(target, cache),
                     logits_to_keep=1).logits[:, -1]
-    live = torch.arange(B)  # rows still writing
+    live = torch.arange(B, device=device)  # rows still writing
     out = [{"answer": [], "label_ids": [], "label_logp": []} for _ in range(B)]
     for _ in range(max_new_tokens):
         logp = logits.float().log_softmax(-1)  # [b, V]
@@ -108,11 +119,13 @@ def sample_batch(target, prompts: list[torch.Tensor], max_new_tokens: int, tempe
         if temperature == 0:
             nxt = logp.argmax(-1)  # [b]
         else:
-            nxt = torch.multinomial((logp / temperature).softmax(-1), 1, generator=generator)[:, 0]  # [b]
+            probs = (logp / temperature).softmax(-1).to(generator.device)  # sampled where the generator lives
+            nxt = torch.multinomial(probs, 1, generator=generator)[:, 0].to(device)  # [b]
+        kept = nxt.cpu(), top.indices.to(torch.int32).cpu(), top.values.to(torch.float16).cpu()  # one copy a step
         for j, row in enumerate(live.tolist()):
-            out[row]["answer"].append(nxt[j])
-            out[row]["label_ids"].append(top.indices[j].to(torch.int32))
-            out[row]["label_logp"].append(top.values[j].to(torch.float16))
+            out[row]["answer"].append(kept[0][j])
+            out[row]["label_ids"].append(kept[1][j])
+            out[row]["label_logp"].append(kept[2][j])
         going = nxt != eos_token_id  # [b]
         if not bool(going.any()):
             break
@@ -120,11 +133,11 @@ def sample_batch(target, prompts: list[torch.Tensor], max_new_tokens: int, tempe
             keep = going.nonzero()[:, 0]
             live, nxt, mask, pos = live[keep], nxt[keep], mask[keep], pos[keep]
             cache.batch_select_indices(keep)
-        mask = torch.cat([mask, torch.ones(mask.shape[0], 1, dtype=torch.long)], 1)  # [b, T+1]
+        mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], 1)  # [b, T+1]
         pos = pos[:, -1:] + 1  # [b, 1]
         logits = target(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos,
                         **cache_kwargs(target, cache)).logits[:, -1]
-    return [{"prompt": p.clone(), "answer": torch.stack(o["answer"]), "label_ids": torch.stack(o["label_ids"]),
+    return [{"prompt": p.cpu().clone(), "answer": torch.stack(o["answer"]), "label_ids": torch.stack(o["label_ids"]),
              "label_logp": torch.stack(o["label_logp"])} for p, o in zip(prompts, out)]
 
 
@@ -248,7 +261,7 @@ def resume(path: Path, model: torch.nn.Module, opt: torch.optim.Optimizer) -> tu
     """Load the model's and optimiser's state from a checkpoint, if there is one -> (step, curve so far)."""
     if not path.exists():
         return 0, []
-    state = torch.load(path, weights_only=True)
+    state = torch.load(path, weights_only=True, map_location=next(model.parameters()).device)
     model.load_state_dict(state["model"], strict=False)
     opt.load_state_dict(state["opt"])
     return state["step"], state["curve"]
@@ -267,12 +280,18 @@ def lr_at(cfg: TrainConfig, step: int) -> float:
 
 
 @torch.no_grad()
+def to_device(tensors, model: torch.nn.Module) -> list[torch.Tensor]:
+    """Batches are built on the CPU; the model may live elsewhere."""
+    device = next(model.parameters()).device
+    return [t.to(device) for t in tensors]
+
+
 def evaluate(draft, rows, batches, full2sub, pad_id, dtype) -> tuple[float, float]:
     draft.eval()
     kls, agrees, ns = [], [], []
     for batch in batches:
         parts = collate([rows[i] for i in batch], full2sub, pad_id)
-        kl, agree = distill_loss(draft, *parts, dtype)
+        kl, agree = distill_loss(draft, *to_device(parts, draft), dtype)
         kls.append(float(kl) * parts[1].shape[0])
         agrees.append(float(agree) * parts[1].shape[0])
         ns.append(parts[1].shape[0])
@@ -312,7 +331,7 @@ def train(cfg: TrainConfig, target, rows: list[dict], eos_token_id: int):
         order = list(range(len(batches)))
         random.Random(cfg.seed * 1000 + epoch).shuffle(order)
         parts = collate([train_rows[j] for j in batches[order[i]]], full2sub, pad_id)
-        kl, agree = distill_loss(draft, *parts, dtype, cfg.loss)
+        kl, agree = distill_loss(draft, *to_device(parts, draft), dtype, cfg.loss)
         optimiser_step(opt, params, kl, lr_at(cfg, step))
         step += 1
         if step % 10 == 0:
@@ -336,7 +355,7 @@ def start_run(cfg, target=None, tokenizer=None):
     torch.set_num_threads(cfg.threads)
     if target is None:
         from ..models import load_offline_target
-        target, tokenizer = load_offline_target()
+        target, tokenizer = load_offline_target(run_device(getattr(cfg, "device", "auto")))
     log(cfg, f"config: {json.dumps(asdict(cfg))}")
     return target, tokenizer
 
@@ -376,7 +395,9 @@ def main(argv: list[str] | None = None) -> None:
         p.add_argument("--" + f.replace("_", "-"), type=int, default=None)
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--init-layers", type=lambda s: tuple(int(x) for x in s.split(",")), default=None)
-    p.add_argument("--train-dtype", default=None)
+    p.add_argument("--train-dtype", default=None, help="auto (default), float32 or bfloat16")
+    p.add_argument("--gen-dtype", default=None, help="auto (default), float32, bfloat16 or float16")
+    p.add_argument("--device", default=None, help="auto (default: a CUDA GPU if there is one), cpu, cuda, ...")
     p.add_argument("--train-head", action="store_true", default=None, help="train the head rows too (shipped)")
     p.add_argument("--plot", default=None, help="also save the training curve as a PNG here")
     args = vars(p.parse_args(argv))
