@@ -44,16 +44,26 @@ def vocab_size(model) -> int:
         and model.get_output_embeddings() is not None else model.config.vocab_size
 
 
+def layer_features(hidden_states: tuple[torch.Tensor, ...], layers: tuple[int, ...]) -> torch.Tensor:
+    """The body's hidden_states at these indices, side by side: ([B, T, d], ...) -> [B, T, len(layers) d].
+
+    Index 0 is the embedding output, i the output of layer i, and -1 the final, normalised features
+    (what the LM head reads).
+    """
+    return torch.cat([hidden_states[i] for i in layers], dim=-1)
+
+
 class CachedModel:
     """A causal LM plus its KV cache, fed only the tokens it has not seen yet.
 
     With keep_hidden=True it also keeps the final hidden state of every cached token (the vector the
     LM head turns into logits), for drafters that draft from the target's features (EAGLE). It then runs the
     model's body and its LM head as two calls, so that only the last layer's states are kept, in a buffer
-    that grows by doubling (no copy of the whole history per step).
+    that grows by doubling (no copy of the whole history per step). keep_hidden=(2, 15, -1) keeps those
+    entries of the body's hidden_states side by side instead (`layer_features`; EAGLE-3's fused layers).
     """
 
-    def __init__(self, model, keep_hidden: bool = False):
+    def __init__(self, model, keep_hidden: bool | tuple[int, ...] = False):
         self.model = model
         self.cache = DynamicCache()
         self.n_cached = 0  # how many context tokens the cache holds
@@ -66,7 +76,7 @@ class CachedModel:
         return kw
 
     @property
-    def hidden(self) -> torch.Tensor | None:  # -> [n_cached, d] final hidden states (None without keep_hidden)
+    def hidden(self) -> torch.Tensor | None:  # -> [n_cached, d] final hidden states ([n_cached, n d] for n layers)
         return self._hidden[:self.n_cached] if self._hidden is not None else None
 
     def logits(self, context_ids: torch.Tensor, keep: int | None = None, *, position_ids: torch.Tensor | None = None,
@@ -83,8 +93,10 @@ class CachedModel:
             kw.update(position_ids=position_ids[None], attention_mask=attention_mask)
         kw = self.prepare(new, kw)
         if self.keep_hidden:
-            h = self.body(input_ids=new[None], **kw, use_cache=True).last_hidden_state[0]  # [k, d]
-            self._store_hidden(h)
+            layers = self.keep_hidden if isinstance(self.keep_hidden, tuple) else ()
+            out = self.body(input_ids=new[None], **kw, use_cache=True, output_hidden_states=bool(layers))
+            h = out.last_hidden_state[0]  # [k, d]
+            self._store_hidden(layer_features(out.hidden_states, layers)[0] if layers else h)  # [k, d] or [k, n d]
             logits = self.model.get_output_embeddings()(h if keep is None else h[-keep:])  # [keep, V]
         elif keep is not None and _takes_logits_to_keep(type(self.model)):
             logits = self.forward(input_ids=new[None], **kw, use_cache=True, logits_to_keep=keep).logits[0]
@@ -138,7 +150,7 @@ class StaticCachedModel(CachedModel):
     compiled once into a CUDA graph by `torch.compile(mode="reduce-overhead")`. The prefill runs eagerly.
     """
 
-    def __init__(self, model, max_len: int, keep_hidden: bool = False, compile: bool = False):
+    def __init__(self, model, max_len: int, keep_hidden: bool | tuple[int, ...] = False, compile: bool = False):
         super().__init__(model, keep_hidden)
         if compile and next(model.parameters()).device.type != "cuda":
             raise ValueError("cache='compiled' captures CUDA graphs and needs a CUDA model; use cache='static' here")
@@ -178,7 +190,8 @@ class StaticCachedModel(CachedModel):
         self.n_cached = min(self.n_cached, n_tokens)
 
 
-def cached_model(model, *, keep_hidden: bool = False, cache: str = "dynamic", max_len: int | None = None) -> CachedModel:
+def cached_model(model, *, keep_hidden: bool | tuple[int, ...] = False, cache: str = "dynamic",
+                 max_len: int | None = None) -> CachedModel:
     """The one switch: cache="dynamic" (grows as needed, cropped on rollback), "static" (preallocated for max_len
     tokens, rollback moves the write position) or "compiled" (static, plus CUDA graphs on a GPU)."""
     if cache == "dynamic":

@@ -32,7 +32,8 @@ class Drafter(Protocol):
     """Everything `speculative_step` and `speculative_generate` use of a drafter; nothing else is looked up."""
     vocab_size: int  # logits per position: must equal the target's
     default_gamma: int  # draft length speculative_generate uses when gamma=None
-    wants_target_hidden: bool  # True: the loop keeps the target's final hidden states and hands them to sync
+    wants_target_hidden: bool | tuple[int, ...]  # True: the loop hands sync the target's final hidden states;
+    # a tuple of layer indices: those layers' states side by side (cache.layer_features); False: nothing
     calls: int  # draft forward passes (or lookups) so far
     n_cached: int  # context tokens the drafter's own cache holds (0 for one without a cache)
 
@@ -266,7 +267,7 @@ class FeatureDrafter:
         self.head, self.default_gamma, self.confidence_stop = head, default_gamma, confidence_stop
         self.default_tree = default_tree  # a TreeBudget: what speculative_generate runs when gamma is None
         self.vocab_size = head.vocab_size
-        self.wants_target_hidden = True  # the loop keeps the target's final hidden states for this drafter
+        self.wants_target_hidden = getattr(head, "fuse_layers", ()) or True  # the target's final features, or the layers it fuses
         self.cache, self.n_fed, self.features, self.calls = None, 0, None, 0
 
     @property
@@ -356,7 +357,10 @@ class FallbackDrafter:
         self.vocab_size = self.drafters[0].vocab_size
         self.default_gamma = self.drafters[0].default_gamma
         self.default_tree = default_tree  # a TreeBudget, or None: a chain of default_gamma
-        self.wants_target_hidden = any(d.wants_target_hidden for d in self.drafters)  # one feature drafter is enough
+        wanted = {d.wants_target_hidden for d in self.drafters if d.wants_target_hidden}  # True, or layer indices
+        if len(wanted) > 1:
+            raise ValueError(f"the feature drafters read different target layers ({wanted}); use one kind")
+        self.wants_target_hidden = wanted.pop() if wanted else False
         self.used: list[int] = []  # index of the drafter that proposed, per iteration, over all runs
 
     @property

@@ -116,3 +116,48 @@ def test_grown_head_starts_as_the_shallow_head_and_can_learn():
     assert not torch.allclose(deeper(hid, ids), head(hid, ids), atol=1e-3)
     with pytest.raises(ValueError, match="grow makes a head deeper"):
         feature_draft.grow(deeper, target, 1)
+
+
+@torch.no_grad()
+def test_fused_head_starts_as_the_plain_head_and_reads_the_layers_it_names():
+    """A head grown with fuse_layers (EAGLE-3) computes what the plain head does until `fuse` is trained."""
+    from specdec_ref.cache import CachedModel, layer_features
+    target, head = _toy_pair()
+    fused = feature_draft.grow(head, target, 1, (0, 1, -1)).eval()
+    g = torch.Generator().manual_seed(4)
+    ids = torch.randint(0, 40, (9,), generator=g)
+    out = target.model(input_ids=ids[None], output_hidden_states=True)
+    layers = layer_features(out.hidden_states, (0, 1, -1))  # [1, 9, 96]
+    torch.testing.assert_close(layers[..., -32:], out.last_hidden_state)
+    torch.testing.assert_close(fused(layers[:, :-1], ids[None, 1:]), head(out.last_hidden_state[:, :-1], ids[None, 1:]))
+    # the loop's cache keeps exactly those layers for a fused drafter, and the same logits as without them
+    lm, plain = CachedModel(target, keep_hidden=(0, 1, -1)), CachedModel(target, keep_hidden=True)
+    torch.testing.assert_close(lm.logits(ids), plain.logits(ids))
+    torch.testing.assert_close(lm.hidden, layers[0])
+    assert FeatureDrafter(fused).wants_target_hidden == (0, 1, -1)
+    # power: once `fuse` mixes in the other layers, the output moves
+    fused.fuse.weight[:, :32].normal_(0, 0.1, generator=g)
+    assert not torch.allclose(fused(layers[:, :-1], ids[None, 1:]), head(out.last_hidden_state[:, :-1], ids[None, 1:]),
+                              atol=1e-3)
+    with pytest.raises(ValueError, match="fused target layers"):
+        fused(layers[..., :64], ids[None])
+    with pytest.raises(ValueError, match="ending with -1"):
+        feature_draft.FeatureHead(target, 1, fuse_layers=(0, 1))
+
+
+def test_fused_head_drafts_exactly_and_survives_save_and_load(tmp_path):
+    """Greedy speculative decoding with a fused feature head (chain and tree) equals plain greedy decoding."""
+    target, head = _toy_pair()
+    fused = feature_draft.grow(head, target, 2, (1, -1)).eval()
+    with torch.no_grad():
+        fused.fuse.weight.normal_(0, 0.05)  # a fusion that really mixes both layers
+    feature_draft.save(fused, tmp_path, {})
+    loaded = feature_draft.load(target, tmp_path)
+    assert loaded.fuse_layers == (1, -1) and loaded.body.config.num_hidden_layers == 2
+    ids = torch.randint(0, 40, (1, 6), generator=torch.Generator().manual_seed(5))
+    want = sd.autoregressive_generate(target, ids, 20, sampling=sd.SamplingConfig(0)).tokens
+    for how in (dict(gamma=3), dict(gamma=None)):
+        drafter = FeatureDrafter(loaded, default_tree=sd.TreeBudget(depth=3, topk=2, n_nodes=6))
+        got = sd.speculative_generate(target, drafter, ids, 20, sampling=sd.SamplingConfig(0), **how)
+        assert torch.equal(got.tokens, want), how
+        assert sum(got.stats.drafted) > 0  # it really drafted

@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from transformers import DynamicCache
 
+from ..cache import layer_features
 from ..drafters import FeatureDrafter
 from ..generate import speculative_generate
 from ..kernels import prepack_for_cpu
@@ -61,6 +62,7 @@ class EagleConfig:
     max_new_tokens: int = 192  # answer length cap
     threads: int = 1  # torch threads (1 is faster than 2 when another job shares the 2 cores)
     n_layers: int = 1  # decoder layers in the head
+    fuse_layers: str = ""  # e.g. "2,15,-1": target layers fused at the head's input (EAGLE-3); "": final features
     ttt_steps: int = 3  # training-time test: passes that feed the head its own features (1: EAGLE-1's objective)
     init: str = ""  # an exported head to fine-tune instead of a fresh one ("": from scratch); deeper n_layers grows it
     steps: int = 3000  # optimiser steps
@@ -237,8 +239,9 @@ def corpus(cfg: EagleConfig, own: list[Path]) -> list[Path]:
 
 @torch.inference_mode()
 def make_features(cfg: EagleConfig, target, answer_paths: list[Path]) -> list[Path]:
-    """Stage 3: for each answer shard, the target's final hidden states [L, d] (float16) of every sequence."""
-    feat_dir = Path(cfg.out) / "features"
+    """Stage 3: for each answer shard, the target's final hidden states [L, d] (float16) of every sequence
+    (with fuse_layers, those layers' states side by side: [L, n d])."""
+    feat_dir, layers = Path(cfg.out) / "features", fuse_layers(cfg) or (-1,)
     feat_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for src in answer_paths:
@@ -250,7 +253,7 @@ def make_features(cfg: EagleConfig, target, answer_paths: list[Path]) -> list[Pa
         t0, rows = time.time(), torch.load(src, weights_only=True)
         for r in rows:  # one sequence at a time: no padding to get wrong, and ~800 tokens/s on 2 cores anyway
             out = target(input_ids=r["ids"].long()[None].to(target.device), output_hidden_states=True)
-            r["hidden"] = out.hidden_states[-1][0].to(torch.float16).cpu()  # [L, d]
+            r["hidden"] = layer_features(out.hidden_states, layers)[0].to(torch.float16).cpu()  # [L, d] or [L, n d]
         _save(rows, path)
         n = sum(r["ids"].shape[0] for r in rows)
         log(cfg, f"features: {path.name}, {n} tokens ({n / (time.time() - t0):.0f} tok/s)")
@@ -258,6 +261,15 @@ def make_features(cfg: EagleConfig, target, answer_paths: list[Path]) -> list[Pa
 
 
 # ---------------------------------------------------------------- stage 4: training
+
+def fuse_layers(cfg: EagleConfig) -> tuple[int, ...]:
+    """cfg.fuse_layers "2,15,-1" -> (2, 15, -1); "" -> ()."""
+    try:
+        return tuple(int(i) for i in cfg.fuse_layers.split(",") if i.strip())
+    except ValueError as err:
+        raise ValueError(f"fuse_layers is a comma-separated list of layer indices such as '2,15,-1', "
+                         f"got {cfg.fuse_layers!r}") from err
+
 
 def head_vocab() -> torch.Tensor:
     """The tokens the head can propose: the same 8,192 the distilled LM draft uses (chosen by target mass)."""
@@ -330,13 +342,14 @@ def eagle_loss(head, rows: list[dict], noise: float, ce_weight: float, generator
     At every depth: SmoothL1 between the guessed and the true next feature, plus ce_weight times the
     cross-entropy against the target's own next-token distribution; the depths' losses are averaged.
     """
-    dtype, device = head.fc.weight.dtype, head.fc.weight.device
+    dtype, device, d = head.fc.weight.dtype, head.fc.weight.device, head.fc.out_features
     ids, hid, answer = (t.to(device) for t in pad_rows(rows, dtype))  # built on the CPU
-    h_in, h_next, x_next = hid[:, :-1], hid[:, 1:], ids[:, 1:]  # [B, n, d], [B, n, d], [B, n]
+    h_in, h_next, x_next = hid[:, :-1], hid[:, 1:, -d:], ids[:, 1:]  # [B, n, (n_fused) d], [B, n, d], [B, n]
     if noise > 0:  # EAGLE's input noise: the head must cope with its own imperfect features when drafting
-        rms = h_in.pow(2).mean(-1, keepdim=True).sqrt()
-        u = torch.rand(h_in.shape, generator=generator, dtype=dtype).to(device)  # seeded on the CPU, any device
-        h_in = h_in + noise * rms * (2 * u - 1)
+        blocks = h_in.unflatten(-1, (-1, d))  # [B, n, 1 or n_fused, d]: each layer's noise follows its own scale
+        rms = blocks.pow(2).mean(-1, keepdim=True).sqrt()
+        u = torch.rand(blocks.shape, generator=generator, dtype=dtype).to(device)  # seeded on the CPU, any device
+        h_in = (blocks + noise * rms * (2 * u - 1)).flatten(-2)
     p_answer = head.head.reduced_logits(h_next[answer]).float().softmax(-1)  # [N, n_vocab] the target's, once
     position = torch.arange(answer.shape[1], device=device).expand_as(answer)  # [B, n]
     total, agree = 0.0, []
@@ -360,14 +373,18 @@ def train(cfg: EagleConfig, target, feature_paths: list[Path]):
     n_val = max(1, len(rows) // 32)
     train_rows, val_rows = rows[:-n_val], rows[-n_val:]
     n_tok = sum(int(r["ids"].shape[0] - r["n_prompt"]) for r in train_rows)
+    width = len(fuse_layers(cfg) or (-1,))  # features per position, in units of d
+    if rows and rows[0]["hidden"].shape[-1] != width * target.config.hidden_size:
+        raise ValueError(f"the features in {feature_paths[0].parent} are {rows[0]['hidden'].shape[-1]} wide, fuse_layers "
+                         f"{cfg.fuse_layers!r} needs {width} x {target.config.hidden_size}: made for another head; use a new --out")
     if cfg.init:  # fine-tune an exported head (e.g. the shipped one) instead of starting from scratch
         head = feature_draft.load(target, cfg.init)
         if head.body.config.num_hidden_layers > cfg.n_layers:
             raise ValueError(f"--init {cfg.init} has {head.body.config.num_hidden_layers} layers, more than --n-layers {cfg.n_layers}")
-        head = feature_draft.grow(head, target, cfg.n_layers).train()  # new layers start as the identity
+        head = feature_draft.grow(head, target, cfg.n_layers, fuse_layers(cfg)).train()  # starts as the old head
     else:
-        head = feature_draft.FeatureHead(target, cfg.n_layers, head_vocab()).train()
-    params = [p for n, p in head.named_parameters() if n.startswith(("fc.", "body.")) and "embed_tokens" not in n]
+        head = feature_draft.FeatureHead(target, cfg.n_layers, head_vocab(), fuse_layers(cfg)).train()
+    params = [p for n, p in head.named_parameters() if n.startswith(("fc.", "fuse.", "body.")) and "embed_tokens" not in n]
     for p in head.parameters():
         p.requires_grad_(False)
     for p in params:

@@ -96,7 +96,7 @@ def draft_step_seconds(target, draft, input_ids: torch.Tensor, repeats: int = 20
     drafter.sync(0)
     hidden = None
     if drafter.wants_target_hidden:  # a feature drafter needs the target's features first
-        lm = CachedModel(target, keep_hidden=True)
+        lm = CachedModel(target, keep_hidden=drafter.wants_target_hidden)
         lm.logits(tokens)
         hidden = lm.hidden[:-1]  # [T-1, d]
     drafter.sync(tokens.shape[0] - 1, hidden)

@@ -41,7 +41,7 @@ def alpha_along(target, draft, sequences: list[tuple[torch.Tensor, int]]) -> tup
         logits = target(input_ids=seq[None]).logits[0].float()  # [T, V]
         feats = None
         if drafter.wants_target_hidden:  # an EAGLE-style drafter reads the target's features
-            lm = CachedModel(target, keep_hidden=True)
+            lm = CachedModel(target, keep_hidden=drafter.wants_target_hidden)
             lm.logits(seq)
             feats = lm.hidden  # [T, d]
         drafter.sync(0)

@@ -42,7 +42,7 @@ def coverage_by_depth(target, head, sequences: list[tuple[torch.Tensor, int]], d
     path_hits = [[0] * len(ks) for _ in range(depth)]
     reached = [0] * depth
     for seq, n_prompt in sequences:
-        lm = CachedModel(target, keep_hidden=True)
+        lm = CachedModel(target, keep_hidden=getattr(head, "fuse_layers", ()) or True)
         lm.logits(seq)
         hidden = lm.hidden  # [L, d] the target's final hidden states
         cache, n_fed, L = DynamicCache(), 0, seq.shape[0]

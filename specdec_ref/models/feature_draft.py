@@ -10,6 +10,12 @@ x_{t+1}, and predicts the target's next hidden state h_{t+1}:
 The embedding is the target's (shared, frozen); the head scores only `keep_ids` (the tokens the target
 writes most often), returning -inf, i.e. draft probability 0, for the rest; rejection sampling stays exact
 for any draft distribution. When drafting further ahead, the head feeds its own guesses f back in.
+
+With `fuse_layers` (EAGLE-3, Li et al. 2025) the head reads more than the final features at the positions
+the target has scored: the target's hidden states after a low and a middle layer too, RMS-normalised and
+mixed by a learnt linear map `fuse` ([3d] -> [d]) before `fc`. Its own guesses stay [d] vectors. Here the
+last fused "layer" is always the final features (-1), the ones the head learns to predict, and `fuse` can
+start as "take the final features alone", so a fused head starts out as the plain one (`grow`).
 """
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ import json
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import DynamicCache, LlamaConfig, LlamaModel
@@ -28,9 +35,10 @@ WEIGHTS_DIR = Path(__file__).parent / "weights" / "feature_draft"
 
 
 class FeatureHead(nn.Module):
-    """fc(2d -> d), a few Llama decoder layers, and the target's (reduced) output head."""
+    """[fuse(3d -> d)], fc(2d -> d), a few Llama decoder layers, and the target's (reduced) output head."""
 
-    def __init__(self, target, n_layers: int = 1, keep_ids: torch.Tensor | None = None):
+    def __init__(self, target, n_layers: int = 1, keep_ids: torch.Tensor | None = None,
+                 fuse_layers: tuple[int, ...] = ()):
         super().__init__()
         t = target.config
         d = t.hidden_size
@@ -43,6 +51,15 @@ class FeatureHead(nn.Module):
                              bos_token_id=None, eos_token_id=None, pad_token_id=None)
         self.embed = target.get_input_embeddings()  # shared with the target, never trained here
         self.fc = nn.Linear(2 * d, d)
+        self.fuse_layers = tuple(int(i) for i in fuse_layers)  # indices into the target's hidden_states, or ()
+        if self.fuse_layers:
+            if len(self.fuse_layers) < 2 or self.fuse_layers[-1] != -1:
+                raise ValueError(f"fuse_layers lists target layers ending with -1 (the final features the head "
+                                 f"predicts), e.g. (2, 15, -1); got {fuse_layers}")
+            self.fuse = nn.Linear(len(self.fuse_layers) * d, d, bias=False)
+            with torch.no_grad():  # start as "the final features alone": the plain head's input
+                self.fuse.weight.zero_()
+                self.fuse.weight[:, -d:] = torch.eye(d)
         self.body = LlamaModel(config)  # its own 1-row embedding table is unused: we pass inputs_embeds
         self.head = ReducedHead(target.get_output_embeddings().weight, keep_ids.to(target.device))
         self.to(device=target.device, dtype=target.dtype)
@@ -54,10 +71,22 @@ class FeatureHead(nn.Module):
 
         position_ids [B, k] and a 4D additive mask let a tree of guesses share one pass (FeatureDrafter.propose_tree).
         """
+        if hidden.shape[-1] != self.fc.out_features:  # the target's fused layers, not a guess of the head's
+            hidden = self.fused(hidden)
         x = self.fc(torch.cat([self.embed(next_tokens), hidden], dim=-1))  # [B, k, 2d] -> [B, k, d]
         out = self.body(inputs_embeds=x, **cache_kwargs(self.body, cache), use_cache=cache is not None,
                         position_ids=position_ids, attention_mask=attention_mask)
         return out.last_hidden_state
+
+    def fused(self, layers: torch.Tensor) -> torch.Tensor:  # [..., n d] -> [..., d]
+        """Mix the target's n layers into one input feature: each but the (normalised) final one RMS-normalised."""
+        d, n = self.fc.out_features, len(self.fuse_layers)
+        if not n or layers.shape[-1] != n * d:
+            fused = f" or {n * d} (its {n} fused target layers)" if n else ""
+            raise ValueError(f"this head reads features of size {d}{fused}, got {layers.shape[-1]}")
+        blocks = layers.unflatten(-1, (-1, d))  # [..., n, d]
+        blocks = torch.cat([F.rms_norm(blocks[..., :-1, :], (d,)), blocks[..., -1:, :]], dim=-2)
+        return self.fuse(blocks.flatten(-2))
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:  # [..., d] -> [..., V]
         return self.head(features)
@@ -67,19 +96,24 @@ class FeatureHead(nn.Module):
         return self.head.weight.shape[0]
 
 
-def grow(head: FeatureHead, target, n_layers: int) -> FeatureHead:
-    """A deeper head that starts out computing exactly what `head` computes.
+def grow(head: FeatureHead, target, n_layers: int, fuse_layers: tuple[int, ...] = ()) -> FeatureHead:
+    """A deeper head, or one that reads fused target layers, that starts out computing exactly what `head` computes.
 
     Its first layers are `head`'s; each new layer's two output projections (attention's o_proj, the MLP's
     down_proj) start at zero, so the layer adds nothing to the residual stream until training moves them.
-    Fine-tuning from here keeps what the shallow head learnt instead of starting over.
+    A new `fuse` starts as "take the final features alone" (`FeatureHead`). Fine-tuning from here keeps what
+    the smaller head learnt instead of starting over.
     """
     n_old = head.body.config.num_hidden_layers
     if n_layers < n_old:
         raise ValueError(f"grow makes a head deeper: asked for {n_layers} layers, the head has {n_old}")
-    deeper = FeatureHead(target, n_layers, head.head.keep_ids)
+    fuse_layers = tuple(fuse_layers) or head.fuse_layers  # a fused head stays fused
+    if head.fuse_layers and fuse_layers != head.fuse_layers:
+        raise ValueError(f"the head already fuses layers {head.fuse_layers}; cannot change them to {tuple(fuse_layers)}")
+    deeper = FeatureHead(target, n_layers, head.head.keep_ids, fuse_layers)
     missing, unexpected = deeper.load_state_dict(head.state_dict(), strict=False)
-    if unexpected or any(not k.startswith(tuple(f"body.layers.{i}." for i in range(n_old, n_layers))) for k in missing):
+    new = tuple(f"body.layers.{i}." for i in range(n_old, n_layers)) + ("fuse.",)
+    if unexpected or any(not k.startswith(new) for k in missing):
         raise ValueError(f"cannot grow this head: missing {missing}, unexpected {unexpected}")
     with torch.no_grad():
         for layer in deeper.body.layers[n_old:]:
@@ -99,7 +133,8 @@ def save(head: FeatureHead, directory: Path, meta: dict) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     state = {k: (v.half() if v.is_floating_point() else v).contiguous() for k, v in trained_state(head).items()}
     save_file(state, directory / "model.safetensors")
-    arch = {"n_layers": head.body.config.num_hidden_layers, "n_vocab": int(head.head.keep_ids.shape[0])}
+    arch = {"n_layers": head.body.config.num_hidden_layers, "n_vocab": int(head.head.keep_ids.shape[0]),
+            "fuse_layers": list(head.fuse_layers)}
     (directory / "config.json").write_text(json.dumps({**arch, "meta": meta}, indent=1) + "\n")
 
 
@@ -118,7 +153,7 @@ def load(target, directory: Path | str | None = None) -> FeatureHead:
     if state["fc.weight"].shape[0] != target.config.hidden_size:
         raise ValueError(f"this feature head has hidden size {state['fc.weight'].shape[0]}, the target "
                          f"{target.config.hidden_size}: it was trained for another target")
-    head = FeatureHead(target, arch["n_layers"], state["head.keep_ids"])
+    head = FeatureHead(target, arch["n_layers"], state["head.keep_ids"], tuple(arch.get("fuse_layers", ())))
     missing, unexpected = head.load_state_dict({k: v.to(target.dtype) if v.is_floating_point() else v
                                                 for k, v in state.items()}, strict=False)
     if unexpected or set(missing) - {"embed.weight", "head.weight", "head.sub_weight", "body.embed_tokens.weight"}:
