@@ -23,7 +23,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import specdec_ref as sd  # noqa: E402
 from specdec_ref.distill.prompts import HELD_OUT  # noqa: E402
-from specdec_ref.lab.coverage import coverage_by_depth, greedy_answers  # noqa: E402
+from specdec_ref.lab.compare import target_answers  # noqa: E402
+from specdec_ref.lab.coverage import coverage_by_depth  # noqa: E402
 from specdec_ref.lab.diagnose import (measure, measure_speedups, method_taus, predicted_from_tau,  # noqa: E402
                                      rows_and_passes)
 from specdec_ref.models import feature_draft  # noqa: E402
@@ -45,7 +46,7 @@ def main() -> None:
     print(f"target: {target.dtype}, kernel path {sd.kernel_path(target)}, {args.threads} threads")
     heads = {h: feature_draft.load(target, None if h == "shipped" else h) for h in args.heads}
     eos = tok.eos_token_id
-    cov_seqs = greedy_answers(target, [sd.encode_chat(tok, q) for q in HELD_OUT[:10]], 80, eos)
+    cov_seqs = target_answers(target, [sd.encode_chat(tok, q) for q in HELD_OUT[:10]], 80, eos)
     encoded = [sd.encode_chat(tok, q) for q in HELD_OUT[12:16]]
     costs = measure(target, sd.FeatureDrafter(next(iter(heads.values()))), encoded[:2], gamma_max=12,
                     max_new_tokens=32, eos_token_id=eos)

@@ -102,8 +102,9 @@ for sname, sampling in (("greedy", sd.SamplingConfig(0)), ("T=1", sd.SamplingCon
               f"tau={'' if tau is None else f'{tau:.2f}'}", flush=True)
     res[sname] = table
 # 4. coverage@k per depth of the feature head
-from specdec_ref.lab.coverage import coverage_by_depth, greedy_answers
-seqs = greedy_answers(target, [sd.encode_chat(tok, p) for p in HELD_OUT[:10]], 64, tok.eos_token_id)
+from specdec_ref.lab.compare import target_answers
+from specdec_ref.lab.coverage import coverage_by_depth
+seqs = target_answers(target, [sd.encode_chat(tok, p) for p in HELD_OUT[:10]], 64, tok.eos_token_id)
 cov = coverage_by_depth(target, head, seqs, depth=4, ks=(1, 2, 4, 8))
 print(f"coverage@k per depth, {cov.positions} positions:")
 print(cov.table())

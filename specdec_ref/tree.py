@@ -8,8 +8,10 @@ attention mask lets each node see the context and its own ancestors only, with p
 that root-to-node path as a plain sequence.
 
 Notation (as in verify.py): target_probs is the big model's distribution, draft_probs the draft's.
-Node 0 is the root, i.e. the last context token; nodes 1..N are drafted tokens, listed breadth
-first. Row i of target_probs / draft_probs is the distribution of the token that follows node i.
+Node 0 is the root, i.e. the last context token; nodes 1..|𝒯| are drafted tokens, listed breadth
+first (|𝒯| = `Tree.size`, in the book's notation; N is kept for parameter counts). Row i of
+target_probs / draft_probs is the distribution of the token that follows node i. In shape comments,
+n_nodes is |𝒯| and T the length of a token sequence (for a context, its length ℓ).
 
 Two exact rules for sampled verification, one per way of choosing the children:
 
@@ -85,7 +87,7 @@ class Tree:
 
     @property
     def size(self) -> int:
-        """N, the number of drafted nodes (the root is not drafted)."""
+        """|𝒯|, the number of drafted nodes (the root is not drafted)."""
         return len(self.parents) - 1
 
     def depths(self) -> list[int]:
@@ -98,7 +100,7 @@ class Tree:
     def children(self, node: int) -> list[int]:
         return list(self._children[node])
 
-    def ancestry(self, device=None) -> torch.Tensor:  # -> [N+1, N+1] bool
+    def ancestry(self, device=None) -> torch.Tensor:  # -> [n_nodes+1, n_nodes+1] bool
         """ancestry[i, j]: node j is node i or one of its ancestors (the root is everyone's ancestor)."""
         return self._ancestry.to(device)
 
@@ -109,7 +111,7 @@ class Tree:
                      for node in range(len(self.parents)))
 
     @cached_property
-    def _ancestry(self) -> torch.Tensor:  # -> [N+1, N+1] bool
+    def _ancestry(self) -> torch.Tensor:  # -> [n_nodes+1, n_nodes+1] bool
         a = torch.eye(len(self.parents), dtype=torch.bool)
         for i, parent in enumerate(self.parents[1:], start=1):
             a[i] |= a[parent]  # parents come first, so their rows are already complete
@@ -137,11 +139,11 @@ def as_tree(tree: Tree | Sequence[int]) -> Tree:
 
 def tree_attention_mask(tree: Tree, context_len: int, start: int, stop: int, dtype: torch.dtype,
                         device=None) -> torch.Tensor:  # -> [1, 1, stop - start, stop]
-    """Additive mask for rows start..stop-1 of the flattened sequence (the context, then nodes 1..N).
+    """Additive mask for rows start..stop-1 of the flattened sequence (the context, then nodes 1..|𝒯|).
 
     A context token sees the context before it (causal); a node sees the whole context and its ancestors.
     """
-    T = context_len
+    T = context_len  # ℓ, the context length (T as in the shape comments: a sequence length)
     query = torch.arange(start, stop, device=device)[:, None]  # [q, 1] flattened index of each row
     key = torch.arange(stop, device=device)[None]  # [1, k]
 
@@ -156,21 +158,21 @@ def tree_attention_mask(tree: Tree, context_len: int, start: int, stop: int, dty
 def tree_position_ids(tree: Tree, context_len: int, start: int, stop: int,
                       device=None) -> torch.Tensor:  # -> [stop - start]
     """Position of each flattened row: its index in the context, or context_len - 1 + depth for a node."""
-    depth = torch.tensor(tree.depths(), device=device)  # [N+1]
+    depth = torch.tensor(tree.depths(), device=device)  # [n_nodes+1]
     i = torch.arange(start, stop, device=device)  # [q]
     return torch.where(i < context_len, i, context_len - 1 + depth[(i - context_len + 1).clamp(min=0)])
 
 
 def tree_forward(lm: CachedModel, context_ids: torch.Tensor, tree: Tree, node_tokens: torch.Tensor,
-                 stop: int) -> torch.Tensor:  # [T], [N+1] -> [stop - n_cached, V]
+                 stop: int) -> torch.Tensor:  # [T], [n_nodes+1] -> [stop - n_cached, V]
     """Run lm on the flattened rows it has not cached yet, up to row `stop`, with the tree mask; extend its cache.
 
     The flattened sequence is context_ids followed by node_tokens[1:] (node_tokens[0] is the root, which
-    is context_ids[-1]), so node i sits at flattened index T - 1 + i. While a tree is in the cache,
-    lm.n_cached counts its nodes too; `lm.rollback(T)` drops them.
+    is context_ids[-1]), so with ℓ = len(context_ids) node i sits at flattened index ℓ - 1 + i. While a tree is
+    in the cache, lm.n_cached counts its nodes too; `lm.rollback(ℓ)` drops them.
     """
     T, start = context_ids.shape[0], lm.n_cached
-    flat = torch.cat([context_ids, node_tokens[1:]])[start:stop]  # [T + N] -> [q]
+    flat = torch.cat([context_ids, node_tokens[1:]])[start:stop]  # [T + n_nodes] -> [q]
     dtype = next(lm.model.parameters()).dtype
     mask = tree_attention_mask(tree, T, start, stop, dtype, context_ids.device)  # [1, 1, q, stop]
     positions = tree_position_ids(tree, T, start, stop, context_ids.device)  # [q]
@@ -198,17 +200,17 @@ def draft_children(draft_probs: torch.Tensor, draft_logits: torch.Tensor, k: int
 
 
 def draft_tree(draft_lm: CachedModel, context_ids: torch.Tensor, tree: Tree, sampling: SamplingConfig,
-               generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:  # [T] -> ([N+1], [N+1, V])
+               generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:  # [T] -> ([n_nodes+1], [n_nodes+1, V])
     """Draft every node, one draft forward pass per depth; return node tokens and each node's draft_probs.
 
     Row i of draft_probs is the distribution node i's children were drawn from (left zero for leaves).
     """
     T, depth = context_ids.shape[0], tree.depths()
-    node_tokens = context_ids.new_zeros(tree.size + 1)  # [N+1]
+    node_tokens = context_ids.new_zeros(tree.size + 1)  # [n_nodes+1]
     node_tokens[0] = context_ids[-1]  # the root is the last context token
     dtype = torch.promote_types(next(draft_lm.model.parameters()).dtype, torch.float32)  # as logits_to_probs
     V = vocab_size(draft_lm.model)
-    draft_probs = torch.zeros(tree.size + 1, V, dtype=dtype, device=context_ids.device)  # [N+1, V]
+    draft_probs = torch.zeros(tree.size + 1, V, dtype=dtype, device=context_ids.device)  # [n_nodes+1, V]
     for d in range(max(depth)):  # the nodes at depth d get their children; leaves need no pass
         level = [i for i in range(tree.size + 1) if depth[i] == d]
         logits = tree_forward(draft_lm, context_ids, tree, node_tokens, T + level[-1])[-len(level):]  # [n_d, V]
@@ -222,7 +224,7 @@ def draft_tree(draft_lm: CachedModel, context_ids: torch.Tensor, tree: Tree, sam
 
 
 def verify_tree_greedy(tree: Tree, node_tokens: torch.Tensor,
-                       target_probs: torch.Tensor) -> tuple[list[int], torch.Tensor]:  # [N+1], [N+1, V] -> (path, [1])
+                       target_probs: torch.Tensor) -> tuple[list[int], torch.Tensor]:  # [n_nodes+1], [n_nodes+1, V] -> (path, [1])
     """Walk down from the root, always into the child that equals the target's argmax; then emit that argmax."""
     path, node = [], 0
     while True:
@@ -236,7 +238,7 @@ def verify_tree_greedy(tree: Tree, node_tokens: torch.Tensor,
 
 def verify_tree(tree: Tree, node_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor,
                 generator: torch.Generator | None = None,
-                ) -> tuple[list[int], torch.Tensor]:  # [N+1], [N+1, V] x2 -> (path, [1])
+                ) -> tuple[list[int], torch.Tensor]:  # [n_nodes+1], [n_nodes+1, V] x2 -> (path, [1])
     """SpecInfer's multi-step speculative sampling (Miao et al. 2024, Alg. 2).
 
     Not SpecTr's k-sequential selection (Sun et al. 2023), an optimal-transport rule with another residual.
@@ -269,10 +271,10 @@ class TreeStep:
     """What one tree iteration drafted and kept (passed to `on_step`, for chapters and debugging)."""
     context_len: int  # tokens in the sequence before this iteration
     tree: Tree  # the tree drafted (pruned near max_new_tokens)
-    node_tokens: torch.Tensor  # [N+1] node 0 is the root (last context token), 1..N were drafted
-    draft_probs: torch.Tensor | None  # [N+1, V] row i: the distribution node i's children were drawn from
+    node_tokens: torch.Tensor  # [n_nodes+1] node 0 is the root (last context token), 1..n_nodes were drafted
+    draft_probs: torch.Tensor | None  # [n_nodes+1, V] row i: the distribution node i's children were drawn from
     # (None for a dynamic tree: its children are the draft's top-k, and the exact rule never reads q)
-    target_probs: torch.Tensor  # [N+1, V] row i: the target's next-token distribution after node i's path
+    target_probs: torch.Tensor  # [n_nodes+1, V] row i: the target's next-token distribution after node i's path
     path: list[int]  # accepted node ids, root excluded
     next_token: int  # the token emitted after the path (replacement, or bonus at a leaf)
 
@@ -282,9 +284,9 @@ def tree_speculative_step(target_lm: CachedModel, draft_lm: CachedModel, tokens:
                           ) -> tuple[torch.Tensor, TreeStep]:  # [T] -> ([T + len(path) + 1], TreeStep)
     """One iteration: draft a tree, score all its nodes in one target pass, keep an exact path, roll back."""
     T = tokens.shape[0]
-    node_tokens, draft_probs = draft_tree(draft_lm, tokens, tree, sampling, generator)  # [N+1], [N+1, V]
-    target_logits = tree_forward(target_lm, tokens, tree, node_tokens, T + tree.size)[-(tree.size + 1):]  # [N+1, V]
-    target_probs = logits_to_probs(target_logits, sampling)  # [N+1, V]
+    node_tokens, draft_probs = draft_tree(draft_lm, tokens, tree, sampling, generator)  # [n_nodes+1], [n_nodes+1, V]
+    target_logits = tree_forward(target_lm, tokens, tree, node_tokens, T + tree.size)[-(tree.size + 1):]  # [n_nodes+1, V]
+    target_probs = logits_to_probs(target_logits, sampling)  # [n_nodes+1, V]
     # Rollback: crop the cache back to the context, and let the next pass re-feed the accepted path.
     # Keeping the accepted nodes' entries instead would mean gathering scattered rows out of every layer's
     # keys and values; re-feeding costs a few more rows in a pass that runs anyway, and uses only `crop`.
@@ -359,7 +361,7 @@ def tree_speculative_generate(target, draft, input_ids: torch.Tensor, max_new_to
 
 def verify_tree_deterministic(tree: Tree, node_tokens: torch.Tensor, target_probs: torch.Tensor,
                               generator: torch.Generator | None = None,
-                              ) -> tuple[list[int], torch.Tensor]:  # [N+1], [N+1, V] -> (path, [1])
+                              ) -> tuple[list[int], torch.Tensor]:  # [n_nodes+1], [n_nodes+1, V] -> (path, [1])
     """Recursive rejection sampling with point-mass proposals, for children chosen deterministically (top-k).
 
     At a node, with p = target_probs[node], try the children in order: accept child x with probability p(x);
@@ -390,7 +392,7 @@ class TreeBudget:
     """EAGLE-2's three knobs: how deep the draft looks, how wide, and how many nodes the target verifies."""
     depth: int = 4  # draft passes per iteration, the deepest a node can be
     topk: int = 4  # children per expanded node, and nodes expanded per depth
-    n_nodes: int = 12  # N, the drafted nodes the target scores in its one pass (the best N by draft confidence)
+    n_nodes: int = 12  # |𝒯|, the drafted nodes the target scores in its one pass (the best by draft confidence)
 
     def __post_init__(self):
         for name in ("depth", "topk", "n_nodes"):
@@ -418,22 +420,23 @@ class GrowingTree:
 
 def grow_tree(root_token: int, root_logits: torch.Tensor,
               expand: Callable[[GrowingTree, list[int]], torch.Tensor],
-              budget: TreeBudget) -> tuple[Tree, list[int]]:  # [V] -> (Tree, node tokens [N+1])
-    """EAGLE-2 (Li et al. 2024): expand the most promising nodes depth by depth, then keep the best N overall.
+              budget: TreeBudget) -> tuple[Tree, list[int]]:  # [V] -> (Tree, node tokens [n_nodes+1])
+    """EAGLE-2 (Li et al. 2024): expand the most promising nodes depth by depth, then keep the best |𝒯| overall.
 
     A node's score is its path's cumulative draft log-probability (softmax of the raw logits, whatever the
-    sampling: it ranks guesses, it is never used to accept them). Depth 1 is the root's top-k tokens. At each
-    further depth the k best nodes of the last depth are expanded (`expand(tree, nodes)` -> their logits
-    [k, V], one draft pass) into k children each, and the k best of those k^2 form the next depth. Finally
-    the N best nodes of all depths are kept; a child never scores above its parent, so they form a tree.
+    sampling: it ranks guesses, it is never used to accept them). Depth 1 is the root's w best tokens (w =
+    budget.topk, the tree's width). At each further depth the w best nodes of the last depth are expanded
+    (`expand(tree, nodes)` -> their logits [w, V], one draft pass) into w children each, and the w best of
+    those w^2 form the next depth. Finally the |𝒯| = budget.n_nodes best nodes of all depths are kept; a child
+    never scores above its parent, so they form a tree.
     """
     g = GrowingTree([-1], [root_token], [0], [0.0])
 
     def add_children(nodes: list[int], logits: torch.Tensor) -> list[int]:  # [len(nodes), V] -> new node ids
         logp = logits.detach().float().log_softmax(-1)  # [n, V]
-        top = logp.topk(budget.topk, dim=-1)  # [n, k]
-        cand = torch.tensor([g.score[v] for v in nodes])[:, None] + top.values.cpu()  # [n, k] path scores
-        keep = cand.flatten().topk(min(budget.topk, cand.numel())).indices.tolist()  # the k best children
+        top = logp.topk(budget.topk, dim=-1)  # [n, w], w = budget.topk
+        cand = torch.tensor([g.score[v] for v in nodes])[:, None] + top.values.cpu()  # [n, w] path scores
+        keep = cand.flatten().topk(min(budget.topk, cand.numel())).indices.tolist()  # the w best children
         new = []
         for i in sorted(keep):
             row, col = divmod(i, budget.topk)
@@ -474,14 +477,14 @@ def dynamic_tree_step(target_lm: CachedModel, drafter: TreeDrafter, tokens: torc
     The accepted nodes' keys and values are kept (gathered out of the tree's rows), not re-fed.
     """
     T = tokens.shape[0]
-    tree, node_tokens = drafter.propose_tree(tokens, budget, sampling, max_depth)  # Tree, [N+1]
-    N = tree.size
-    flat = torch.cat([tokens, node_tokens[1:]])  # [T + N]: the context, then the drafted nodes
+    tree, node_tokens = drafter.propose_tree(tokens, budget, sampling, max_depth)  # Tree, [n_nodes+1]
+    N = tree.size  # |𝒯|, n_nodes in the shape comments
+    flat = torch.cat([tokens, node_tokens[1:]])  # [T + n_nodes]: the context, then the drafted nodes
     start, dtype = target_lm.n_cached, next(target_lm.model.parameters()).dtype
-    mask = tree_attention_mask(tree, T, start, T + N, dtype, tokens.device)  # [1, 1, q, T + N]
+    mask = tree_attention_mask(tree, T, start, T + N, dtype, tokens.device)  # [1, 1, q, T + n_nodes]
     positions = tree_position_ids(tree, T, start, T + N, tokens.device)  # [q]
-    target_logits = target_lm.logits(flat, keep=N + 1, position_ids=positions, attention_mask=mask)  # [N+1, V]
-    target_probs = logits_to_probs(target_logits, sampling)  # [N+1, V]
+    target_logits = target_lm.logits(flat, keep=N + 1, position_ids=positions, attention_mask=mask)  # [n_nodes+1, V]
+    target_probs = logits_to_probs(target_logits, sampling)  # [n_nodes+1, V]
     if sampling.greedy:
         path, next_token = verify_tree_greedy(tree, node_tokens, target_probs)
     else:
@@ -543,8 +546,8 @@ def accepted_length_vs_chain(target, draft, input_ids: torch.Tensor, *, tree: Tr
                              seed: int = 0) -> TreeVsChain:
     """Mean accepted tokens per target pass for `tree` and for a chain with as many drafted nodes.
 
-    Each target pass emits accepted + 1 tokens. Counts only, no timing: the tree's pass scores N nodes,
-    so whether it is faster too depends on how the hardware prices N rows (measure that separately).
+    Each target pass emits accepted + 1 tokens. Counts only, no timing: the tree's pass scores its |𝒯|
+    nodes, so whether it is faster too depends on how the hardware prices |𝒯| rows (measure that separately).
     """
     tree = as_tree(tree)
     chain = Tree.chain(tree.size)

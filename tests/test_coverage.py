@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from specdec_ref.lab.coverage import coverage_by_depth, greedy_answers
+from specdec_ref.lab.compare import target_answers
+from specdec_ref.lab.coverage import coverage_by_depth
 from specdec_ref.models.feature_draft import FeatureHead
 from specdec_ref.models.toy import tiny_llama
 
@@ -15,7 +16,7 @@ def target():
 def test_coverage_is_monotone_in_k_and_paths_never_exceed_depths(target):
     torch.manual_seed(0)
     head = FeatureHead(target).eval()
-    seqs = greedy_answers(target, [torch.tensor([[1, 2, 3]]), torch.tensor([[4, 5]])], 20)
+    seqs = target_answers(target, [torch.tensor([[1, 2, 3]]), torch.tensor([[4, 5]])], 20)
     cov = coverage_by_depth(target, head, seqs, depth=3, ks=(1, 2, 4, 8))
     assert cov.positions == sum(s.shape[0] - max(n, 2) for s, n in seqs)
     for d in range(3):

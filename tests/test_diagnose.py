@@ -60,6 +60,12 @@ def test_cli_diagnose_prints_a_verdict_and_writes_every_json_key(tmp_path):
     assert len(result["verify_cost"]) == max(3, largest_tree + 1) and result["verify_cost"][0] == 1.0
     assert set(result["tau_by_method"]) == set(result["predicted_by_method"]) >= {"chain γ=1", "chain γ=2"}
     assert "kernel path:" in out.stdout and "best method by prediction" in out.stdout
+    if result["coverage"] is not None:  # the default draft is the feature head where its weights are installed
+        cov = result["coverage"]
+        assert cov["ks"] == [1, 2, 4, 8] and cov["positions"] > 0
+        assert all(0 <= x <= 1 for row in cov["by_depth"] + cov["path"] for x in row)
+        assert all(p <= c + 1e-9 for prow, crow in zip(cov["path"], cov["by_depth"]) for p, c in zip(prow, crow))
+        assert "coverage@k by depth" in out.stdout
 
 
 # --- greedy outputs that differ: near-tie or bug ------------------------------------------------

@@ -303,6 +303,17 @@ def test_lookup_task_verdict_follows_each_task():
     assert v({"open question": 0.9, "rewrite": 1.01}).startswith("prompt lookup sped decoding up on no task here")
 
 
+def test_lm_copy_verdict_blames_the_training_answers_only_when_copying_did_not_help():
+    from specdec_ref.chapters.verdicts import lm_copy_verdict as v
+    less = v(0.82, 0.10, 0.30)
+    assert less.startswith("The distilled LM gave 0.82× on the rewrite")
+    assert "less often there than on open questions (α₁ 0.10 against 0.30)" in less and "did not learn to copy" in less
+    level = v(0.95, 0.31, 0.30)
+    assert "about as often" in level and "gained it nothing" in level
+    more = v(1.20, 0.55, 0.30)
+    assert "more often there" in more and "did not keep it from agreeing" in more and "did not learn" not in more
+
+
 def test_depth_vs_width_verdict_follows_both_ratios():
     from specdec_ref.chapters.verdicts import depth_vs_width_verdict as v
     both = v(1.6, 4.0, gpu_measured=False)
@@ -382,8 +393,36 @@ def test_long_context_verdict_says_pays_again_only_when_the_long_curve_is_ahead(
     assert "hardly changes" in long_context_verdict({1: 1.8}, {1: 1.8}, 512, 8192)
 
 
+def test_broken_sampler_caught_verdict_flips_at_the_level():
+    from specdec_ref.chapters.verdicts import broken_sampler_caught_verdict
+    assert broken_sampler_caught_verdict(0.001, 0.01).startswith("rejects it")
+    missed = broken_sampler_caught_verdict(0.2, 0.01)
+    assert missed.startswith("does not reject it") and "power" in missed
+
+
+def test_second_candidates_verdict_says_helped_only_when_the_tree_keeps_more():
+    from specdec_ref.chapters.verdicts import second_candidates_verdict
+    assert "helped" in second_candidates_verdict(1.4, 1.1)
+    assert "did not" in second_candidates_verdict(1.1, 1.4) and "fewer" in second_candidates_verdict(1.1, 1.4)
+    level = second_candidates_verdict(1.102, 1.1)
+    assert "did not" in level and "as many" in level and "helped" not in level
+
+
 def test_topk_mass_verdict_follows_beta_and_the_mass():
     from specdec_ref.chapters.verdicts import topk_mass_verdict
     assert "keeps less than a sampled chain" in topk_mass_verdict(0.8, 0.5, 3)
     assert "still keeps more" in topk_mass_verdict(0.5, 0.8, 3)
     assert "level" in topk_mass_verdict(0.6, 0.61, 3)
+
+
+def test_coverage_depth_verdict_follows_the_measured_coverage():
+    from specdec_ref.chapters.verdicts import coverage_depth_verdict
+    falling = [{1: 0.42, 4: 0.65}, {1: 0.32, 4: 0.56}, {1: 0.29, 4: 0.50}]
+    assert "falls from 0.42 at depth 1 to 0.29 at depth 3" in coverage_depth_verdict(falling, 4)
+    assert "1.7 times as often" in coverage_depth_verdict(falling, 4)
+    rising = [{1: 0.30, 4: 0.40}, {1: 0.40, 4: 0.41}]
+    assert "rises from 0.30" in coverage_depth_verdict(rising, 4)
+    assert "add little" in coverage_depth_verdict(rising, 4)
+    flat = [{1: 0.40, 4: 0.60}, {1: 0.41, 4: 0.62}]
+    assert "holds near 0.40" in coverage_depth_verdict(flat, 4)
+    assert "room" in coverage_depth_verdict(flat, 4)

@@ -94,6 +94,22 @@ def plot_training(curves: Mapping[str, Sequence[dict]], ax=None):
     return ax.figure
 
 
+def plot_coverage(cov, ax=None):
+    """Coverage@k of a feature head against draft depth (`lab.coverage.Coverage`), one line per k, and the share
+    of positions whose whole path to that depth stays in the top k (dashed): what a tree of width k keeps."""
+    ax = ax or plt.subplots(figsize=(6.4, 3.6))[1]
+    depths = range(1, len(cov.by_depth) + 1)
+    for i, k in enumerate(cov.ks):
+        ax.plot(depths, [row[k] for row in cov.by_depth], "o-", color=f"C{i}", label=f"top-{k}")
+    k = cov.ks[-1]
+    ax.plot(depths, [row[k] for row in cov.path], "o--", color=f"C{len(cov.ks) - 1}", alpha=0.6,
+            label=f"whole path in top-{k}")
+    ax.set(xlabel="draft depth", ylabel="share of answer positions", ylim=(0, 1), xticks=list(depths),
+           title=f"Where the target's token is among the head's guesses ({cov.positions} positions)")
+    ax.legend(fontsize=8, ncol=2)
+    return ax.figure
+
+
 def task_explorer(alphas: Mapping[str, Mapping[str, float]], c: Mapping[str, float],
                   coverage: Mapping[str, Mapping[str, float]] | None = None):
     """Pick a task: α of every draft there, and the best speedup it implies with its measured c and its coverage

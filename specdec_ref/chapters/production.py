@@ -222,15 +222,15 @@ def draft_rows_per_pass(tree: Tree, refed: float) -> list[float]:
 
 def tree_iteration_cost(tree: Tree, refed: float, draft_cost: Callable[[float], float],
                         verify_cost: Callable[[float], float], refed_target: float | None = None) -> float:
-    """Time of one static-tree iteration in target steps t(1): Σ_i t_draft(m_i)/t(1) + t(|𝒯| + 1 + r)/t(1).
+    """Time of one static-tree iteration in target steps t(1): Σ_i t_draft(m_i)/t(1) + t(|𝒯| + 1 + ρ)/t(1).
 
     draft_cost(m) = t_draft(m)/t(1) for a draft pass scoring m rows; verify_cost(k) = t(k)/t(1); m_i from
-    `draft_rows_per_pass`. The target's pass scores the |𝒯| nodes, the root and r re-fed tokens (r = refed
+    `draft_rows_per_pass`. The target's pass scores the |𝒯| nodes, the root and ρ re-fed tokens (ρ = refed
     for this loop, which rolls the target's cache back too; 0 for a loop that keeps the accepted rows).
     The loop overhead h is left out.
     """
-    r = refed if refed_target is None else refed_target
-    return sum(draft_cost(m) for m in draft_rows_per_pass(tree, refed)) + verify_cost(tree.size + 1 + r)
+    rho = refed if refed_target is None else refed_target
+    return sum(draft_cost(m) for m in draft_rows_per_pass(tree, refed)) + verify_cost(tree.size + 1 + rho)
 
 
 def cost_curve(latencies: Mapping[int, float], unit: float) -> Callable[[float], float]:

@@ -558,6 +558,22 @@ def lookup_task_verdict(lookup_speed: Mapping[str, float], margin: float = 0.03)
     return f"prompt lookup sped decoding up on {fmt(gain)}, but not on {fmt(rest)}"
 
 
+def lm_copy_verdict(speed_rewrite: float, alpha_rewrite: float, alpha_open: float, margin: float = 0.03) -> str:
+    """Chapter 5: did the distilled LM, trained on answers that seldom copy their prompt, agree with the target more
+    on the rewrite task (whose answer copies its prompt) than on open questions? speed_rewrite: its measured speedup
+    on the rewrite; alpha_rewrite, alpha_open: its teacher-forced α₁ on the two tasks (`margin`: absolute)."""
+    head = f"The distilled LM gave {speed_rewrite:.2f}× on the rewrite"
+    alphas = f"(α₁ {alpha_rewrite:.2f} against {alpha_open:.2f})"
+    if alpha_rewrite > alpha_open + margin:
+        return (f"{head}, and agreed with the target more often there than on open questions {alphas}: training on "
+                "answers that seldom copy their prompt did not keep it from agreeing where the answer copies.")
+    if alpha_rewrite < alpha_open - margin:
+        return (f"{head}, and agreed with the target less often there than on open questions {alphas}: it was "
+                "trained on answers that seldom copy their prompt, and did not learn to copy.")
+    return (f"{head}, and agreed with the target about as often there as on open questions {alphas}: it was trained "
+            "on answers that seldom copy their prompt, so the copying gained it nothing.")
+
+
 def depth_vs_width_verdict(cpu_ratio: float, gpu_ratio: float, gpu_measured: bool, margin: float = 0.05) -> str:
     """Chapter 5: did sixteen times the layers (same weights) cost more step time, on this CPU and on a GPU?
     Ratios are deep step / shallow step; gpu_measured says whether the GPU figure was measured or predicted."""
@@ -644,6 +660,14 @@ def distribution_verdict(correct: Mapping[str, float], broken: float, level: flo
     return f"{first}, and {second}"
 
 
+def broken_sampler_caught_verdict(p_value: float, level: float) -> str:
+    """Chapter 6: does the goodness-of-fit test reject the broken sampler (rejection: p < level)? Completes the
+    sentence "so the test ..."."""
+    if p_value < level:
+        return f"rejects it at level {level}"
+    return f"does not reject it in this run at level {level} (its power against this sampler is computed above)"
+
+
 def lookup_verdict(rewrite: float, free_text: float, margin: float = 0.05) -> str:
     """Chapter 6: prompt lookup's speedup over plain decoding on a rewrite task and on free text (ratios)."""
     paid = (f"On the rewrite task prompt lookup ran at {rewrite:.2f}× plain decoding" +
@@ -658,6 +682,18 @@ def lookup_verdict(rewrite: float, free_text: float, margin: float = 0.05) -> st
     else:
         rest = (f" On free text it ran at {free_text:.2f}×: even there it found stretches to copy.")
     return paid + rest
+
+
+def second_candidates_verdict(tree_accepted: float, chain_accepted: float, margin: float = 0.005) -> str:
+    """Chapter 6: did a static tree's extra candidates add accepted draft tokens per target pass, against the chain
+    of the tree's depth (the draft's first choices alone)? Both are means per target pass; `margin` keeps a
+    difference that two decimals would not show from counting as one."""
+    both = f"({tree_accepted:.2f} against {chain_accepted:.2f} for the chain of the tree's depth)"
+    if tree_accepted > chain_accepted + margin:
+        return f"Here the extra candidates helped: the tree accepted more draft tokens per target pass {both}."
+    if tree_accepted < chain_accepted - margin:
+        return f"On this prompt they did not: the tree accepted fewer draft tokens per target pass {both}."
+    return f"On this prompt they did not: the tree accepted as many draft tokens per target pass {both}."
 
 
 def roofline_turn_verdict(measured: int | None, roofline: int | None, largest: int, rise: float = 1.25) -> str:
@@ -718,3 +754,25 @@ def topk_mass_verdict(beta: float, topk_mass: float, k: int, margin: float = 0.0
     if topk_mass > beta + margin:
         return head + f": here the top-{k} tree still keeps more than a sampled chain would"
     return head + ": here the two are level"
+
+
+def coverage_depth_verdict(by_depth: Sequence[Mapping[int, float]], wide: int, margin: float = 0.02) -> str:
+    """Chapter 5: how the feature head's top-1 coverage moves from depth 1 to its deepest depth, and how much more
+    its top-`wide` guesses hold there. by_depth[d - 1][k]: coverage@k at depth d (`lab.coverage`)."""
+    first, last, deep = by_depth[0][1], by_depth[-1][1], len(by_depth)
+    if last < first - margin:
+        trend = f"falls from {first:.2f} at depth 1 to {last:.2f} at depth {deep}"
+    elif last > first + margin:
+        trend = f"rises from {first:.2f} at depth 1 to {last:.2f} at depth {deep}"
+    else:
+        trend = f"holds near {first:.2f} from depth 1 to depth {deep} ({last:.2f} there)"
+    wide_last = by_depth[-1][wide]
+    if last <= 0:
+        room = f"its top-{wide} guesses hold it {wide_last:.0%} of the time there"
+    elif wide_last > last + margin:
+        room = (f"its top-{wide} guesses hold the target's token {wide_last / last:.1f} times as often there "
+                f"({wide_last:.2f}): the room a tree's extra children have")
+    else:
+        room = f"its top-{wide} guesses add little there ({wide_last:.2f}): a tree's extra children would rarely help"
+    return f"The feature draft's top-1 coverage {trend}, and {room}."
+

@@ -1,10 +1,10 @@
 """How often the feature head's top-k guesses contain the target's token, at each draft depth.
 
 A tree keeps a drafted path only if, at every depth, the target's token is among the children drafted there.
-`coverage_by_depth` measures exactly that ingredient, along the target's own greedy answers: at every answer
-position the head drafts from the true context (real target features), then goes `depth` steps further, fed
-its *own* guessed features (as when drafting) and the *true* tokens (so that depth d is judged on the path the
-target really took). coverage[d][k] = P(the target's token at depth d is in the head's top k).
+`coverage_by_depth` measures exactly that ingredient, along the target's own greedy answers
+(`lab.compare.target_answers`): at every answer position the head drafts from the true context (real target
+features), then goes `depth` steps further, fed its *own* guessed features (as when drafting) and the *true*
+tokens (so that depth d is judged on the path the target really took). coverage[d][k] = P(the target's token at depth d is in the head's top k).
 """
 from __future__ import annotations
 
@@ -14,8 +14,6 @@ import torch
 from transformers import DynamicCache
 
 from ..cache import CachedModel
-from ..generate import autoregressive_generate
-from ..sampling import SamplingConfig
 
 
 @dataclass
@@ -65,14 +63,3 @@ def coverage_by_depth(target, head, sequences: list[tuple[torch.Tensor, int]], d
     by_depth = [{k: h / r if r else float("nan") for k, h in zip(ks, row)} for row, r in zip(hits, reached)]
     path = [{k: h / r if r else float("nan") for k, h in zip(ks, row)} for row, r in zip(path_hits, reached)]
     return Coverage(tuple(ks), by_depth, path, reached[0])
-
-
-def greedy_answers(target, encoded: list[torch.Tensor], max_new_tokens: int,
-                   eos_token_id=None) -> list[tuple[torch.Tensor, int]]:
-    """The target's greedy answers to prompts [1, T] -> [(prompt + answer [L], T)], for `coverage_by_depth`."""
-    out = []
-    for ids in encoded:
-        new = autoregressive_generate(target, ids, max_new_tokens, sampling=SamplingConfig(0),
-                                      eos_token_id=eos_token_id).tokens
-        out.append((torch.cat([ids[0], new]), ids.shape[1]))
-    return out

@@ -18,11 +18,13 @@ import torch
 
 from ..cache import CachedModel, vocab_size
 from ..device import synchronize
-from ..drafters import TreeDrafter
+from ..drafters import FeatureDrafter, TreeDrafter
 from ..generate import Step, as_drafter, autoregressive_generate, speculative_generate
 from ..kernels import kernel_path
 from ..sampling import SamplingConfig
 from .bench import Row, draft_step_seconds, run_interleaved
+from .compare import target_answers
+from .coverage import coverage_by_depth
 from .speedup import best_gamma, predicted_speedup, speedup_by_gamma
 from .timing import latency_curve
 from ..tree import TreeBudget
@@ -44,14 +46,14 @@ class Measurements:
     alpha: float  # per-token acceptance α (accepted / examined) at the calibration γ
     c: float  # one draft step / one target step (cached one-token passes)
     verify_cost: list[float]  # t(k)/t(1) for k = 1, 2, ..., γ_max + 1
-    overhead: float  # loop time per iteration beyond the model passes, in target steps
+    overhead: float  # h: loop time per iteration beyond the model passes, in units of t(1)
     alpha_per_position: list[float] = field(default_factory=list)  # acceptance at draft position 1, 2, ...
     step_seconds: float = float("nan")  # t(1): one cached target step, seconds
     kernel_path: str = ""  # which matrix kernel the target's linear layers use (kernels.kernel_path)
 
     @property
     def overhead_ms(self) -> float:
-        """The loop overhead o per iteration in milliseconds (overhead is in units of t(1))."""
+        """The loop overhead h per iteration in milliseconds (`overhead` is h itself, in units of t(1))."""
         return self.overhead * self.step_seconds * 1e3
 
     @property
@@ -82,7 +84,7 @@ def verdict(m: Measurements) -> Verdict:
         blame = "verify_cost" if extra_verify >= m.overhead else "overhead"
     return Verdict(gamma, s, False, blame, f"Speculation will not pay off here: at best {s:.2f}× (γ = {gamma}). "
                    f"To blame: {BLAME[blame]}. Measured α = {m.alpha:.2f}, c = {m.c:.3f}, "
-                   f"t(2)/t(1) = {m.verify_cost[1]:.2f}, overhead = {m.overhead:.3f} target steps.")
+                   f"t(2)/t(1) = {m.verify_cost[1]:.2f}, loop overhead h = {m.overhead:.3f} t(1).")
 
 
 def position_acceptance(accepted: list[int], drafted: list[int]) -> tuple[list[int], list[int]]:
@@ -254,7 +256,8 @@ def diagnose(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, 
     """Measure, predict the speedup of chains (γ = 1..γ_max) and dynamic trees, measure the best; as a dict.
 
     The chains are predicted twice: from α by the generalised formula, and from their measured τ like the
-    trees, so that every method is ranked on the same footing. Trees need a drafter that can grow them.
+    trees, so that every method is ranked on the same footing. Trees need a drafter that can grow them. For a
+    feature drafter it also measures the head's coverage@k per draft depth (`lab.coverage`).
     """
     say = progress or (lambda _: None)
     drafter = as_drafter(draft)
@@ -269,6 +272,14 @@ def diagnose(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, 
     say("measuring τ of every chain and tree ...")
     taus = method_taus(target, drafter, encoded, methods, max_new_tokens, sampling, seed, eos_token_id)
     best, predicted = choose_method(taus, methods, m)
+    coverage = None
+    if isinstance(drafter, FeatureDrafter):  # what a tree of this head can keep, depth by depth
+        say("measuring the feature head's coverage@k per depth ...")
+        answers = target_answers(target, encoded, max_new_tokens, eos_token_id)
+        cov = coverage_by_depth(target, drafter.head, answers, depth=max([b.depth for b in trees], default=4))
+        coverage = {"ks": list(cov.ks), "positions": cov.positions,  # by_depth[d - 1][i]: coverage@ks[i] at depth d
+                    "by_depth": [[row[k] for k in cov.ks] for row in cov.by_depth],
+                    "path": [[row[k] for k in cov.ks] for row in cov.path]}
     say(f"measuring the real speedup at γ = {v.best_gamma} and of {best} ...")
     runs = {"speculative": (drafter, dict(gamma=v.best_gamma)), "best method": (drafter, methods[best])}
     rows = measure_speedups(target, runs, encoded, max_new_tokens, sampling, seed, eos_token_id, say)
@@ -282,6 +293,7 @@ def diagnose(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, 
             "textbook_by_gamma": {g: predicted_speedup(m.alpha, g, m.c) for g in range(1, gamma_max + 1)},
             "tau_by_method": taus, "predicted_by_method": predicted, "best_method": best,
             "best_method_measured_speedup": rows["best method"].tokens_per_second / plain,
+            "coverage": coverage,
             "settings": {"prompts": len(encoded), "max_new_tokens": max_new_tokens, "gamma_max": gamma_max,
                          "trees": [asdict(b) for b in trees], "sampling": asdict(sampling), "seed": seed,
                          "device": str(encoded[0].device), "torch_threads": torch.get_num_threads()}}
@@ -294,7 +306,7 @@ def format_report(result: dict) -> str:
              + ", ".join(f"{a:.2f}" for a in result["alpha_per_position"]),
              f"c = {result['c']:.3f} (draft step / target step; t(1) = {result['step_seconds'] * 1e3:.1f} ms)",
              "t(k)/t(1), k = 1..: " + ", ".join(f"{x:.2f}" for x in result["verify_cost"]),
-             f"loop overhead o = {result['overhead_ms']:.1f} ms per iteration = {result['overhead']:.3f} t(1)",
+             f"loop overhead h = {result['overhead']:.3f} t(1) = {result['overhead_ms']:.1f} ms per iteration",
              "predicted speedup by γ: " + ", ".join(f"{g}: {s:.2f}×" for g, s in result["predicted_by_gamma"].items()),
              f"measured at γ = {result['best_gamma']}: {result['measured_speedup']:.2f}× "
              f"(predicted {result['predicted_speedup']:.2f}×)"]
@@ -305,6 +317,13 @@ def format_report(result: dict) -> str:
         lines.append(f"best method by prediction: {result['best_method']}, measured "
                      f"{result['best_method_measured_speedup']:.2f}× "
                      f"(predicted {result['predicted_by_method'][result['best_method']]:.2f}×)")
+    if result.get("coverage"):
+        cov = result["coverage"]
+        ks = list(cov["ks"])
+        lines.append(f"feature head coverage@k by depth ({cov['positions']} answer positions; the target's token "
+                     "in the head's top k, its own features fed back):")
+        lines += [f"  depth {d}: " + ", ".join(f"top-{k} {x:.2f}" for k, x in zip(ks, row))
+                  for d, row in enumerate(cov["by_depth"], 1)]
     lines += ["", result["verdict"]]
     return "\n".join(lines)
 

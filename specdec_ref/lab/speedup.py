@@ -49,11 +49,11 @@ def _check_costs(gamma: int, c: float, verify_cost: float, overhead: float) -> N
 
 
 def generalized_speedup(alpha: float, gamma: int, c: float, verify_cost: float, overhead: float = 0.0) -> float:
-    """E[tokens] / (γc + t(γ+1)/t(1) + overhead/t(1)): Theorem 3.8 with the verify pass and the loop measured.
+    """S_gen = E[tokens] / (γc + t(γ+1)/t(1) + h): Theorem 3.8 with the verify pass and the loop measured.
 
     verify_cost is t(γ+1)/t(1), the cost of the target pass that scores γ+1 tokens in units of one
-    target step (the textbook assumes 1); overhead is the rest of an iteration (sampling, bookkeeping,
-    rollback, the draft catching up), also in target steps. verify_cost=1, overhead=0 gives
+    target step t(1) (the textbook assumes 1); overhead is h, the rest of an iteration (sampling,
+    bookkeeping, rollback, the draft catching up), already in units of t(1). verify_cost=1, overhead=0 gives
     `predicted_speedup`.
     """
     _check_costs(gamma, c, verify_cost, overhead)
