@@ -7,7 +7,8 @@ the package. Every head is judged on the same held-out prompts (`distill.prompts
 any training run sees:
 1. coverage@{1,2,4,8} at depths 1-4 along the target's greedy answers to HELD_OUT[:10] (`lab.coverage`);
 2. τ (tokens per target pass) of chains γ = 2, 3, 4 and dynamic trees, greedy and at T = 1, on HELD_OUT[12:16];
-3. the predicted speedup τ / (t(rows)/t(1) + depth·c + overhead), from this machine's costs measured once;
+3. the predicted speedup τ / (t(rows)/t(1) + depth·c + overhead), from this machine's costs measured once
+   (or, with --costs, those of an earlier run, so that heads compared in two runs share them);
 4. with --speed, the measured speedups of every head's best chain and tree, interleaved in one run (give it a
    quiet machine: timing under load measures the load).
 """
@@ -25,8 +26,8 @@ import specdec_ref as sd  # noqa: E402
 from specdec_ref.distill.prompts import HELD_OUT  # noqa: E402
 from specdec_ref.lab.compare import target_answers  # noqa: E402
 from specdec_ref.lab.coverage import coverage_by_depth  # noqa: E402
-from specdec_ref.lab.diagnose import (measure, measure_speedups, method_taus, predicted_from_tau,  # noqa: E402
-                                     rows_and_passes)
+from specdec_ref.lab.diagnose import (Measurements, measure, measure_speedups, method_taus,  # noqa: E402
+                                     predicted_from_tau, rows_and_passes)
 from specdec_ref.models import feature_draft  # noqa: E402
 
 METHODS = {"chain γ=2": dict(gamma=2), "chain γ=3": dict(gamma=3), "chain γ=4": dict(gamma=4),
@@ -40,6 +41,8 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=64, help="new tokens per prompt for τ and speed")
     p.add_argument("--speed", action="store_true", help="also measure speedups side by side (quiet machine)")
     p.add_argument("--json", default="runs/heads.json")
+    p.add_argument("--costs", default=None, help="reuse the costs (c, t(k)/t(1), overhead) of an earlier run's JSON, "
+                                                 "so that heads compared in two runs are predicted on the same costs")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     target, _, tok = sd.load_offline_pair(draft="feature")
@@ -48,8 +51,11 @@ def main() -> None:
     eos = tok.eos_token_id
     cov_seqs = target_answers(target, [sd.encode_chat(tok, q) for q in HELD_OUT[:10]], 80, eos)
     encoded = [sd.encode_chat(tok, q) for q in HELD_OUT[12:16]]
-    costs = measure(target, sd.FeatureDrafter(next(iter(heads.values()))), encoded[:2], gamma_max=12,
-                    max_new_tokens=32, eos_token_id=eos)
+    if args.costs:
+        costs = Measurements(alpha=float("nan"), **json.loads(Path(args.costs).read_text())["costs"])
+    else:
+        costs = measure(target, sd.FeatureDrafter(next(iter(heads.values()))), encoded[:2], gamma_max=12,
+                        max_new_tokens=32, eos_token_id=eos)
     print(f"costs: c = {costs.c:.3f}, overhead = {costs.overhead:.3f} t(1), t(k)/t(1) = "
           + ", ".join(f"{x:.2f}" for x in costs.verify_cost))
     result = {"costs": {"c": costs.c, "overhead": costs.overhead, "verify_cost": costs.verify_cost}, "heads": {}}

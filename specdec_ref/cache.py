@@ -146,7 +146,7 @@ class StaticCachedModel(CachedModel):
 
     Rolling back only moves the write position: entries past it stay in memory but are masked out, and the next
     forward pass overwrites them. Every pass has explicit positions, and a pass of q new tokens always has the
-    same shapes, so with compile=True (CUDA only) each step kind (1 token, γ + 1 tokens, N + 1 tree nodes) is
+    same shapes, so with compile=True (CUDA only) each step kind (1 token, γ + 1 tokens, |𝒯| + 1 tree rows) is
     compiled once into a CUDA graph by `torch.compile(mode="reduce-overhead")`. The prefill runs eagerly.
     """
 

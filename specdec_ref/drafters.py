@@ -56,7 +56,7 @@ class TreeDrafter(Drafter, Protocol):
     default_tree: object  # a tree.TreeBudget: speculative_generate grows trees of this size when gamma=None; or None
 
     def propose_tree(self, context_ids: torch.Tensor, budget, sampling: SamplingConfig,
-                     max_depth: int | None = None):  # [T] -> (Tree, node_tokens [N+1])
+                     max_depth: int | None = None):  # [T] -> (Tree, node_tokens [n_nodes+1])
         """A tree of guesses after context_ids (node 0 is context_ids[-1]), at most max_depth deep.
 
         The children of a node are chosen deterministically (the draft's top-k), so verification uses
@@ -118,7 +118,7 @@ class ModelDrafter:
                 break  # the draft's own (T=1) confidence is low here, even when greedy: stop drafting
         return seq[T:T + len(probs)], torch.stack(probs)  # [≤γ], [≤γ, V]
 
-    def propose_tree(self, context_ids, budget, sampling, max_depth=None):  # [T] -> (Tree, [N+1])
+    def propose_tree(self, context_ids, budget, sampling, max_depth=None):  # [T] -> (Tree, [n_nodes+1])
         """EAGLE-2's dynamic tree from this LM: one draft pass per depth over the nodes being expanded."""
         from .tree import grow_tree, tree_rows_mask  # tree.py imports this module
         depth, T = tree_depth(budget, max_depth), context_ids.shape[0]
@@ -179,7 +179,7 @@ class NgramDrafter:
         probs = torch.zeros(tokens.shape[0], self.vocab_size, device=context_ids.device)
         return tokens, probs.scatter_(1, tokens[:, None], 1.0)  # one-hot rows
 
-    def propose_tree(self, context_ids, budget, sampling, max_depth=None):  # [T] -> (Tree, [N+1])
+    def propose_tree(self, context_ids, budget, sampling, max_depth=None):  # [T] -> (Tree, [n_nodes+1])
         """A lookup has one guess per position: a chain as deep as the budget allows."""
         from .tree import Tree  # tree.py imports this module
         self.calls += 1
@@ -238,7 +238,7 @@ class ScheduledDrafter:
         self._proposed = (context_ids.shape[0], tokens.shape[0])
         return tokens, probs
 
-    def propose_tree(self, context_ids, budget, sampling, max_depth=None):  # [T] -> (Tree, [N+1])
+    def propose_tree(self, context_ids, budget, sampling, max_depth=None):  # [T] -> (Tree, [n_nodes+1])
         return self.drafter.propose_tree(context_ids, budget, sampling, max_depth)  # the schedule is for chains
 
     def sync(self, n_kept: int, target_hidden: torch.Tensor | None = None) -> None:
@@ -302,7 +302,7 @@ class FeatureDrafter:
         self.calls += 1
         return self.head(h[None], x[None], self.cache)[0, -1]  # [1, m, d] -> [d]
 
-    def propose_tree(self, context_ids, budget, sampling, max_depth=None):  # [T] -> (Tree, [N+1])
+    def propose_tree(self, context_ids, budget, sampling, max_depth=None):  # [T] -> (Tree, [n_nodes+1])
         """EAGLE-2's dynamic tree from the head: one head pass per depth, its own guessed features fed back."""
         from .tree import grow_tree, tree_rows_mask  # tree.py imports this module
         depth = tree_depth(budget, max_depth)
@@ -378,7 +378,7 @@ class FallbackDrafter:
                 self.used.append(i)
                 return tokens, probs
 
-    def propose_tree(self, context_ids, budget, sampling, max_depth=None):  # [T] -> (Tree, [N+1])
+    def propose_tree(self, context_ids, budget, sampling, max_depth=None):  # [T] -> (Tree, [n_nodes+1])
         for i, drafter in enumerate(self.drafters):
             tree, tokens = drafter.propose_tree(context_ids, budget, sampling, max_depth)
             if tree.size or i == len(self.drafters) - 1:

@@ -232,7 +232,7 @@ def method_taus(target, drafter, encoded: list[torch.Tensor], methods: dict, max
 def predicted_from_tau(tau: float, verify_rows: int, draft_passes: int, m: Measurements) -> float:
     """Speedup of a method that keeps τ tokens per iteration: τ / (t(rows)/t(1) + passes·c + overhead).
 
-    For a tree, rows = N + 1 and passes = its depth; a draft pass over several tree nodes is priced as one
+    For a tree, rows = |𝒯| + 1 and passes = its depth; a draft pass over several tree nodes is priced as one
     one-token draft step (the draft is small: its passes are launch- and bandwidth-bound, not row-bound).
     """
     return tau / (m.verify_cost[verify_rows - 1] + draft_passes * m.c + m.overhead)
