@@ -418,11 +418,12 @@ def test_topk_mass_verdict_follows_beta_and_the_mass():
 def test_coverage_depth_verdict_follows_the_measured_coverage():
     from specdec_ref.chapters.verdicts import coverage_depth_verdict
     falling = [{1: 0.42, 4: 0.65}, {1: 0.32, 4: 0.56}, {1: 0.29, 4: 0.50}]
-    assert "falls from 0.42 at depth 1 to 0.29 at depth 3" in coverage_depth_verdict(falling, 4)
-    assert "1.7 times as often" in coverage_depth_verdict(falling, 4)
+    assert "falls from 0.42 at depth 1 to 0.29 at depth 3" in coverage_depth_verdict(falling, 4, 780)
+    assert coverage_depth_verdict(falling, 4, 780).startswith("Over 780 answer positions")
+    assert "1.7 times as often" in coverage_depth_verdict(falling, 4, 780)
     rising = [{1: 0.30, 4: 0.40}, {1: 0.40, 4: 0.41}]
-    assert "rises from 0.30" in coverage_depth_verdict(rising, 4)
-    assert "add little" in coverage_depth_verdict(rising, 4)
+    assert "rises from 0.30" in coverage_depth_verdict(rising, 4, 50)
+    assert "add little" in coverage_depth_verdict(rising, 4, 50)
     flat = [{1: 0.40, 4: 0.60}, {1: 0.41, 4: 0.62}]
-    assert "holds near 0.40" in coverage_depth_verdict(flat, 4)
-    assert "room" in coverage_depth_verdict(flat, 4)
+    assert "holds near 0.40" in coverage_depth_verdict(flat, 4, 50)
+    assert "room" in coverage_depth_verdict(flat, 4, 50)

@@ -756,9 +756,11 @@ def topk_mass_verdict(beta: float, topk_mass: float, k: int, margin: float = 0.0
     return head + ": here the two are level"
 
 
-def coverage_depth_verdict(by_depth: Sequence[Mapping[int, float]], wide: int, margin: float = 0.02) -> str:
+def coverage_depth_verdict(by_depth: Sequence[Mapping[int, float]], wide: int, positions: int,
+                           margin: float = 0.02) -> str:
     """Chapter 5: how the feature head's top-1 coverage moves from depth 1 to its deepest depth, and how much more
-    its top-`wide` guesses hold there. by_depth[d - 1][k]: coverage@k at depth d (`lab.coverage`)."""
+    its top-`wide` guesses hold there. by_depth[d - 1][k]: coverage@k at depth d (`lab.coverage`), measured at
+    `positions` answer positions (few positions: a noisy table, and the sentence says how many)."""
     first, last, deep = by_depth[0][1], by_depth[-1][1], len(by_depth)
     if last < first - margin:
         trend = f"falls from {first:.2f} at depth 1 to {last:.2f} at depth {deep}"
@@ -774,5 +776,5 @@ def coverage_depth_verdict(by_depth: Sequence[Mapping[int, float]], wide: int, m
                 f"({wide_last:.2f}): the room a tree's extra children have")
     else:
         room = f"its top-{wide} guesses add little there ({wide_last:.2f}): a tree's extra children would rarely help"
-    return f"The feature draft's top-1 coverage {trend}, and {room}."
+    return f"Over {positions} answer positions, the feature draft's top-1 coverage {trend}, and {room}."
 
