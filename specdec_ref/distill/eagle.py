@@ -43,10 +43,10 @@ from ..cache import layer_features
 from ..drafters import FeatureDrafter
 from ..generate import speculative_generate
 from ..kernels import prepack_for_cpu
-from ..models import default_dtype, encode_chat, feature_draft, offline_draft
+from ..models import encode_chat, feature_draft, offline_draft
 from ..sampling import SamplingConfig
 from .prompts import HELD_OUT, training_prompts
-from .train import log, optimiser_step, resume, sample_batch, save_checkpoint, start_run
+from .train import log, optimiser_step, pick_dtype, resume, sample_batch, save_checkpoint, start_run
 
 
 @dataclass
@@ -447,7 +447,7 @@ def alpha_per_position(target, drafter, tokenizer, prompts: list[str], gamma: in
 def run(cfg: EagleConfig, target=None, tokenizer=None):
     """All five stages -> (head, curve, report)."""
     target, tokenizer = start_run(cfg, target, tokenizer)
-    dtype = default_dtype(target.device) if cfg.gen_dtype == "auto" else getattr(torch, cfg.gen_dtype)
+    dtype = pick_dtype(cfg.gen_dtype, target)
     gen_model = prepack_for_cpu(copy.deepcopy(target).to(dtype))  # bfloat16 only where the CPU multiplies it
     prompts = make_prompts(cfg, gen_model, tokenizer)
     prompts = prompts[:cfg.max_prompts] if cfg.max_prompts else prompts
