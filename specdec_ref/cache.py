@@ -44,6 +44,11 @@ def vocab_size(model) -> int:
         and model.get_output_embeddings() is not None else model.config.vocab_size
 
 
+def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:  # [..., q, k] bool -> [..., q, k]
+    """The attention mask a model adds to its scores: 0 where a query may look, the dtype's lowest value elsewhere."""
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min)
+
+
 def layer_features(hidden_states: tuple[torch.Tensor, ...], layers: tuple[int, ...]) -> torch.Tensor:
     """The body's hidden_states at these indices, side by side: ([B, T, d], ...) -> [B, T, len(layers) d].
 
@@ -63,14 +68,35 @@ class CachedModel:
     entries of the body's hidden_states side by side instead (`layer_features`; EAGLE-3's fused layers).
     """
 
-    def __init__(self, model, keep_hidden: bool | tuple[int, ...] = False):
-        self.model = model
+    def __init__(self, model, keep_hidden: bool | tuple[int, ...] = False, name: str = "model"):
+        self.model, self.name = model, name  # name: how error messages call it ("target", "draft")
         self.cache = DynamicCache()
         self.n_cached = 0  # how many context tokens the cache holds
         self.calls = 0  # forward passes so far
         self.keep_hidden = keep_hidden
         self._hidden: torch.Tensor | None = None  # [capacity, d] buffer of final hidden states (keep_hidden)
         self.forward, self.body = model, model.base_model  # the whole model; its body without the LM head
+        self.dtype = next(model.parameters()).dtype
+        self._finite: torch.Tensor | None = None  # [] bool on the device: every logit so far was finite
+        self._first_bad: int | None = None  # context length of the first check that failed
+
+    def note_finite(self, logits: torch.Tensor) -> None:  # [k, V]
+        """Remember whether these logits are all finite; check at once on a CPU, every 16 passes elsewhere.
+
+        On a GPU a check is a host sync, which a per-token check would add to every step; checking every 16th
+        pass, and at the loop's end (`check_finite`), bounds how far a NaN can run before it is refused.
+        """
+        ok = torch.isfinite(logits).all()
+        self._finite = ok if self._finite is None else self._finite & ok
+        if logits.device.type == "cpu" or self.calls % 16 == 0:
+            self.check_finite()
+
+    def check_finite(self) -> None:
+        """Refuse NaN or inf logits with the likely cause and the fix, instead of sampling garbage from them."""
+        if self._finite is not None and not bool(self._finite):
+            raise ValueError(f"the {self.name}'s logits contain NaN or inf (by context length {self.n_cached}); "
+                             f"a float16 overflow? the {self.name} runs in {self.dtype}: load it with "
+                             "dtype=torch.bfloat16 (GPUs of compute capability 8.0 or later) or torch.float32")
 
     def prepare(self, new: torch.Tensor, kw: dict) -> dict:  # the forward's keyword arguments, as given
         return kw
@@ -105,7 +131,9 @@ class CachedModel:
         check_cache_length(self.cache, context_ids.shape[0])
         self.n_cached = context_ids.shape[0]
         self.calls += 1
-        return logits if keep is None else logits[-keep:]
+        logits = logits if keep is None else logits[-keep:]
+        self.note_finite(logits)
+        return logits
 
     def _store_hidden(self, h: torch.Tensor) -> None:  # [k, d] appended after the first n_cached rows
         end = self.n_cached + h.shape[0]
@@ -117,25 +145,22 @@ class CachedModel:
         self._hidden[self.n_cached:end] = h
 
     def keep_rows(self, n_prefix: int, rows: list[int]) -> None:
-        """Keep cache rows [0, n_prefix) and then `rows` (in that order), drop the others: after a tree pass, the
-        context plus the accepted path. Rows that already follow the prefix are a plain crop."""
-        if rows == list(range(n_prefix, n_prefix + len(rows))):
-            return self.rollback(n_prefix + len(rows))
-        idx = torch.cat([torch.arange(n_prefix), torch.tensor(rows, dtype=torch.long)]).to(self.cache.layers[0].keys.device)
-        for layer in self.cache.layers:
-            self.gather(layer, idx)
-        if self._hidden is not None:
-            self._hidden[:idx.shape[0]] = self._hidden[idx]
-        self.n_cached = idx.shape[0]
-
-    @staticmethod
-    def gather(layer, idx: torch.Tensor) -> None:  # [B, heads, n_cached, d_head] -> [B, heads, len(idx), d_head]
-        layer.keys, layer.values = layer.keys.index_select(-2, idx), layer.values.index_select(-2, idx)
+        """Keep cache rows [0, n_prefix) and then `rows` (ascending, each >= n_prefix), drop the others: after a
+        tree pass, the context plus the accepted path. Only the path's rows move; rows already in place stay."""
+        n = n_prefix + len(rows)
+        if rows != list(range(n_prefix, n)):
+            src = torch.tensor(rows, dtype=torch.long, device=self.cache.layers[0].keys.device)  # [len(rows)]
+            for layer in self.cache.layers:  # [B, heads, n_cached, d_head]: rows src -> n_prefix.., in place
+                layer.keys[:, :, n_prefix:n] = layer.keys.index_select(-2, src)
+                layer.values[:, :, n_prefix:n] = layer.values.index_select(-2, src)
+            if self._hidden is not None:
+                self._hidden[n_prefix:n] = self._hidden[src]
+        self.rollback(n)
 
     def rollback(self, n_tokens: int) -> None:
         """Crop the cache to its first n_tokens (transformers 5: crop takes minus the number to drop)."""
         if n_tokens == 0:
-            self.cache, self.n_cached, self._hidden = DynamicCache(), 0, None
+            self.cache, self.n_cached, self._hidden, self._finite = DynamicCache(), 0, None, None
         elif n_tokens < self.n_cached:
             self.cache.crop(-(self.n_cached - n_tokens))
             self.n_cached = n_tokens
@@ -150,8 +175,9 @@ class StaticCachedModel(CachedModel):
     compiled once into a CUDA graph by `torch.compile(mode="reduce-overhead")`. The prefill runs eagerly.
     """
 
-    def __init__(self, model, max_len: int, keep_hidden: bool | tuple[int, ...] = False, compile: bool = False):
-        super().__init__(model, keep_hidden)
+    def __init__(self, model, max_len: int, keep_hidden: bool | tuple[int, ...] = False, compile: bool = False,
+                 name: str = "model"):
+        super().__init__(model, keep_hidden, name)
         if compile and next(model.parameters()).device.type != "cuda":
             raise ValueError("cache='compiled' captures CUDA graphs and needs a CUDA model; use cache='static' here")
         self.max_len = max_len
@@ -173,31 +199,28 @@ class StaticCachedModel(CachedModel):
             kw["position_ids"] = torch.arange(self.n_cached, self.n_cached + new.shape[0], device=new.device)[None]
         mask = kw.get("attention_mask")
         if mask is not None and mask.shape[-1] < self.max_len:  # a tree mask over the filled part: pad with "never"
-            pad = mask.new_full((*mask.shape[:-1], self.max_len - mask.shape[-1]), torch.finfo(mask.dtype).min)
-            kw["attention_mask"] = torch.cat([mask, pad], dim=-1)
+            never = torch.zeros(*mask.shape[:-1], self.max_len - mask.shape[-1], dtype=torch.bool, device=mask.device)
+            kw["attention_mask"] = torch.cat([mask, additive_mask(never, mask.dtype)], dim=-1)
         first = self.n_cached == 0  # the prefill's length varies from prompt to prompt: keep it eager
         self.forward = self.compiled if self.compile and not first else self.model
         self.body = self.compiled_body if self.compile and not first else self.model.base_model
         return kw
 
-    @staticmethod
-    def gather(layer, idx: torch.Tensor) -> None:  # in place: the buffers keep their addresses (CUDA graphs need that)
-        layer.keys[:, :, :idx.shape[0]] = layer.keys.index_select(-2, idx)
-        layer.values[:, :, :idx.shape[0]] = layer.values.index_select(-2, idx)
-
     def rollback(self, n_tokens: int) -> None:
         """Forget everything after the first n_tokens: move the write position back (nothing is freed)."""
         self.n_cached = min(self.n_cached, n_tokens)
+        if n_tokens == 0:
+            self._finite = None
 
 
 def cached_model(model, *, keep_hidden: bool | tuple[int, ...] = False, cache: str = "dynamic",
-                 max_len: int | None = None) -> CachedModel:
+                 max_len: int | None = None, name: str = "model") -> CachedModel:
     """The one switch: cache="dynamic" (grows as needed, cropped on rollback), "static" (preallocated for max_len
     tokens, rollback moves the write position) or "compiled" (static, plus CUDA graphs on a GPU)."""
     if cache == "dynamic":
-        return CachedModel(model, keep_hidden)
+        return CachedModel(model, keep_hidden, name)
     if cache in ("static", "compiled"):
         if max_len is None:
             raise ValueError("a static KV cache needs max_len, the most tokens it will ever hold")
-        return StaticCachedModel(model, max_len, keep_hidden, compile=cache == "compiled")
+        return StaticCachedModel(model, max_len, keep_hidden, compile=cache == "compiled", name=name)
     raise ValueError(f"cache must be 'dynamic', 'static' or 'compiled', got {cache!r}")

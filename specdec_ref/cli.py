@@ -16,7 +16,7 @@ import torch
 from .lab import bench
 from .lab.diagnose import greedy_divergence
 from .generate import as_drafter, autoregressive_generate, speculative_generate
-from .kernels import kernel_path
+from .models.kernels import kernel_path
 from .models import PAIRS, encode_chat, load_pair
 from .sampling import SamplingConfig
 

@@ -1,23 +1,28 @@
-"""Things that propose draft tokens, and a model wrapper that owns a KV cache.
+"""Things that propose draft tokens: the `Drafter` contract the loop uses, and every drafter the book builds.
 
 The loop uses exactly what the `Drafter` protocol below declares, and every drafter here implements all of it:
 
   propose(context_ids [T], gamma, sampling, generator) -> (draft_tokens [≤γ], draft_probs [≤γ, V])
   sync(n_kept, target_hidden=None)   # the first n_kept context tokens are settled: forget the rest
-  vocab_size, default_gamma, wants_target_hidden, calls
+  vocab_size, default_gamma, wants_target_hidden, calls, n_cached
 
-`ModelDrafter` wraps a Hugging Face causal LM; `NgramDrafter` is prompt lookup
-(copy what followed the last occurrence of the current n-gram), whose draft_probs
-are one-hot. Both plug into the same `speculative_generate` loop.
+A `TreeDrafter` adds `propose_tree(context_ids, shape, sampling, generator, max_depth)` and `default_tree`: a
+static `tree.Tree` of sampled children, or an EAGLE-2 dynamic tree grown to a `tree.TreeBudget`. The drafter
+writes only its own draft pass over some nodes (`expand`); which nodes and children to keep is `tree.draft_tree`.
+
+The drafters: `ModelDrafter` (a small causal LM with its own KV cache), `NgramDrafter` (prompt lookup: copy
+what followed the last occurrence of the current n-gram, one-hot draft_probs), `FeatureDrafter` (EAGLE's head
+on the target's hidden states), `FallbackDrafter` (the first of several that proposes anything) and
+`ScheduledDrafter` (Hugging Face's +2/-1 draft-length schedule around any drafter).
 
 Adaptive draft length (chapter 4) lives here too, outside the loop: a drafter may propose fewer than
 γ tokens. `ModelDrafter(model, confidence_stop=0.4)` stops when it is unsure, and `ScheduledDrafter`
-wraps any drafter in Hugging Face's +2/-1 schedule. Either way the loop, and its exactness, are unchanged:
-how many tokens are proposed depends only on the draft's side, never on the target's random draws.
+adapts γ from past verdicts. Either way the loop, and its exactness, are unchanged: how many tokens are
+proposed may depend on anything known before this verification (the draft's own numbers, or how many
+tokens earlier iterations kept), never on this verification's random draws.
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -25,6 +30,7 @@ from transformers import DynamicCache
 
 from .cache import CachedModel, vocab_size
 from .sampling import SamplingConfig, logits_to_probs, sample
+from .tree import GrowingTree, Tree, TreeBudget, draft_tree, tree_depth, tree_node_positions, tree_rows_mask
 
 
 @runtime_checkable
@@ -52,26 +58,46 @@ class Drafter(Protocol):
 
 @runtime_checkable
 class TreeDrafter(Drafter, Protocol):
-    """A drafter that can also grow a tree of guesses for one target pass (`tree.dynamic_tree_step`)."""
-    default_tree: object  # a tree.TreeBudget: speculative_generate grows trees of this size when gamma=None; or None
+    """A drafter that can also draft a tree of guesses for one target pass (`generate.tree_step`)."""
+    default_tree: TreeBudget | Tree | None  # what speculative_generate drafts when gamma=None (None: a chain)
 
-    def propose_tree(self, context_ids: torch.Tensor, budget, sampling: SamplingConfig,
-                     max_depth: int | None = None):  # [T] -> (Tree, node_tokens [n_nodes+1])
+    def propose_tree(self, context_ids: torch.Tensor, shape: Tree | TreeBudget, sampling: SamplingConfig,
+                     generator: torch.Generator | None = None, max_depth: int | None = None,
+                     ) -> tuple[Tree, torch.Tensor, torch.Tensor | None]:  # [T] -> (Tree, [n_nodes+1], [n_nodes+1, V])
         """A tree of guesses after context_ids (node 0 is context_ids[-1]), at most max_depth deep.
 
-        The children of a node are chosen deterministically (the draft's top-k), so verification uses
-        `tree.verify_tree_deterministic`; their draft probabilities are not needed.
+        Returns the tree, its node tokens and the rows its children were drawn from, or None when they were
+        chosen deterministically (top-k, or a lookup): `tree.verify_tree` then judges them as point masses.
         """
         ...
 
 
-def root_only(context_ids: torch.Tensor):  # [T] -> (Tree with no drafted node, [1])
-    from .tree import Tree  # tree.py imports this module
-    return Tree((-1,)), context_ids[-1:]
+DRAFTER_MEMBERS = ("propose", "sync", "vocab_size", "default_gamma", "wants_target_hidden", "calls", "n_cached")
+TREE_MEMBERS = ("propose_tree", "default_tree")
 
 
-def tree_depth(budget, max_depth: int | None) -> int:
-    return budget.depth if max_depth is None else min(budget.depth, max_depth)
+def missing_members(drafter, members: tuple[str, ...] = DRAFTER_MEMBERS) -> list[str]:
+    return [m for m in members if not hasattr(drafter, m)]
+
+
+def as_drafter(draft) -> Drafter:
+    """A Hugging Face model becomes a ModelDrafter; anything else must implement the whole `Drafter` contract."""
+    if isinstance(draft, torch.nn.Module):
+        return ModelDrafter(draft)
+    missing = missing_members(draft)
+    if missing:
+        raise ValueError(f"{type(draft).__name__} lacks {', '.join(missing)}: see specdec_ref.Drafter for the "
+                         "members the loop uses (or pass a Hugging Face causal LM as the draft)")
+    return draft
+
+
+def root_only(context_ids: torch.Tensor) -> tuple[Tree, torch.Tensor, None]:  # [T] -> (no drafted node, [1], None)
+    return Tree((-1,)), context_ids[-1:], None
+
+
+def check_confidence_stop(confidence_stop: float | None) -> None:
+    if confidence_stop is not None and not 0 <= confidence_stop <= 1:
+        raise ValueError(f"confidence_stop must be a probability in [0, 1] (or None), got {confidence_stop}")
 
 
 def empty_proposal(context_ids: torch.Tensor, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:  # -> ([0], [0, V])
@@ -87,9 +113,8 @@ class ModelDrafter:
     """
 
     def __init__(self, model, *, confidence_stop: float | None = None):
-        if confidence_stop is not None and not 0 <= confidence_stop <= 1:
-            raise ValueError(f"confidence_stop must be a probability in [0, 1] (or None), got {confidence_stop}")
-        self.lm = CachedModel(model)
+        check_confidence_stop(confidence_stop)
+        self.lm = CachedModel(model, name="draft")
         self.vocab_size = vocab_size(model)
         self.confidence_stop = confidence_stop
         self.default_gamma, self.default_tree = 4, None  # a chain of 4 unless asked for a tree
@@ -118,25 +143,25 @@ class ModelDrafter:
                 break  # the draft's own (T=1) confidence is low here, even when greedy: stop drafting
         return seq[T:T + len(probs)], torch.stack(probs)  # [≤γ], [≤γ, V]
 
-    def propose_tree(self, context_ids, budget, sampling, max_depth=None):  # [T] -> (Tree, [n_nodes+1])
-        """EAGLE-2's dynamic tree from this LM: one draft pass per depth over the nodes being expanded."""
-        from .tree import grow_tree, tree_rows_mask  # tree.py imports this module
-        depth, T = tree_depth(budget, max_depth), context_ids.shape[0]
-        if depth == 0:
+    def propose_tree(self, context_ids, shape, sampling, generator=None, max_depth=None):  # [T] -> (Tree, [n_nodes+1], q)
+        """A tree from this LM, one draft pass per depth over the nodes being expanded (`tree.draft_tree`)."""
+        T = context_ids.shape[0]
+        if tree_depth(shape, max_depth) == 0:
             return root_only(context_ids)
         root_logits = self.lm.logits(context_ids, keep=1)[0]  # [V]; the cache now holds the whole context
         fed, dtype = [], next(self.lm.model.parameters()).dtype
 
-        def expand(g, nodes):  # -> [len(nodes), V]
+        def expand(g: GrowingTree, nodes: list[int]) -> torch.Tensor:  # -> [len(nodes), V]
             flat = torch.cat([context_ids, context_ids.new_tensor([g.tokens[v] for v in fed + nodes])])
             mask = tree_rows_mask(g, fed, nodes, T, dtype, context_ids.device)
-            positions = context_ids.new_tensor([T - 1 + g.depth[v] for v in nodes])  # node at depth d: T - 1 + d
             fed.extend(nodes)
-            return self.lm.logits(flat, position_ids=positions, attention_mask=mask)
+            return self.lm.logits(flat, position_ids=tree_node_positions(g, nodes, T, context_ids.device),
+                                  attention_mask=mask)
 
-        tree, tokens = grow_tree(int(context_ids[-1]), root_logits, expand, replace(budget, depth=depth))
+        tree, tokens, draft_probs = draft_tree(shape, int(context_ids[-1]), root_logits, expand, sampling, generator,
+                                               max_depth)
         self.lm.rollback(T)  # forget the guesses; the accepted ones are fed as context next time
-        return tree, context_ids.new_tensor(tokens)
+        return tree, context_ids.new_tensor(tokens), draft_probs
 
     def sync(self, n_kept: int, target_hidden: torch.Tensor | None = None) -> None:
         self.lm.rollback(n_kept)
@@ -179,12 +204,11 @@ class NgramDrafter:
         probs = torch.zeros(tokens.shape[0], self.vocab_size, device=context_ids.device)
         return tokens, probs.scatter_(1, tokens[:, None], 1.0)  # one-hot rows
 
-    def propose_tree(self, context_ids, budget, sampling, max_depth=None):  # [T] -> (Tree, [n_nodes+1])
-        """A lookup has one guess per position: a chain as deep as the budget allows."""
-        from .tree import Tree  # tree.py imports this module
+    def propose_tree(self, context_ids, shape, sampling, generator=None, max_depth=None):  # [T] -> (Tree, [n+1], None)
+        """A lookup has one guess per position: a chain as deep as the shape allows, judged as point masses."""
         self.calls += 1
-        tokens = self.lookup(context_ids, tree_depth(budget, max_depth))
-        return Tree.chain(tokens.shape[0]), torch.cat([context_ids[-1:], tokens])
+        tokens = self.lookup(context_ids, tree_depth(shape, max_depth))
+        return Tree.chain(tokens.shape[0]), torch.cat([context_ids[-1:], tokens]), None
 
     def sync(self, n_kept: int, target_hidden: torch.Tensor | None = None) -> None:
         pass  # stateless: it rereads the context every time
@@ -238,8 +262,8 @@ class ScheduledDrafter:
         self._proposed = (context_ids.shape[0], tokens.shape[0])
         return tokens, probs
 
-    def propose_tree(self, context_ids, budget, sampling, max_depth=None):  # [T] -> (Tree, [n_nodes+1])
-        return self.drafter.propose_tree(context_ids, budget, sampling, max_depth)  # the schedule is for chains
+    def propose_tree(self, context_ids, shape, sampling, generator=None, max_depth=None):  # [T] -> (Tree, [n+1], q)
+        return self.drafter.propose_tree(context_ids, shape, sampling, generator, max_depth)  # the schedule: chains
 
     def sync(self, n_kept: int, target_hidden: torch.Tensor | None = None) -> None:
         context_len, proposed = self._proposed
@@ -262,8 +286,7 @@ class FeatureDrafter:
     iteration proposes nothing: it is the target's prefill.
     """
     def __init__(self, head, default_gamma: int = 3, *, default_tree=None, confidence_stop: float | None = None):
-        if confidence_stop is not None and not 0 <= confidence_stop <= 1:
-            raise ValueError(f"confidence_stop must be a probability in [0, 1] (or None), got {confidence_stop}")
+        check_confidence_stop(confidence_stop)
         self.head, self.default_gamma, self.confidence_stop = head, default_gamma, confidence_stop
         self.default_tree = default_tree  # a TreeBudget: what speculative_generate runs when gamma is None
         self.vocab_size = head.vocab_size
@@ -302,31 +325,29 @@ class FeatureDrafter:
         self.calls += 1
         return self.head(h[None], x[None], self.cache)[0, -1]  # [1, m, d] -> [d]
 
-    def propose_tree(self, context_ids, budget, sampling, max_depth=None):  # [T] -> (Tree, [n_nodes+1])
-        """EAGLE-2's dynamic tree from the head: one head pass per depth, its own guessed features fed back."""
-        from .tree import grow_tree, tree_rows_mask  # tree.py imports this module
-        depth = tree_depth(budget, max_depth)
-        if self.features is None or depth == 0:  # no target features yet: this iteration is the target's prefill
+    def propose_tree(self, context_ids, shape, sampling, generator=None, max_depth=None):  # [T] -> (Tree, [n+1], q)
+        """A tree from the head, one head pass per depth, its own guessed features fed back (`tree.draft_tree`)."""
+        if self.features is None or tree_depth(shape, max_depth) == 0:  # no target features yet: the prefill
             return root_only(context_ids)
         feature = {0: self.feed_context(context_ids)}  # node -> the head's output there ([d], a guess of h)
         fed, dtype = [], self.head.fc.weight.dtype
 
-        def expand(g, nodes):  # -> [len(nodes), V]
+        def expand(g: GrowingTree, nodes: list[int]) -> torch.Tensor:  # -> [len(nodes), V]
             h = torch.stack([feature[g.parents[v]] for v in nodes])[None]  # [1, k, d] the parents' features
             x = context_ids.new_tensor([g.tokens[v] for v in nodes])[None]  # [1, k]
             mask = tree_rows_mask(g, fed, nodes, self.n_fed, dtype, context_ids.device)
-            positions = context_ids.new_tensor([self.n_fed - 1 + g.depth[v] for v in nodes])[None]  # [1, k]
+            positions = tree_node_positions(g, nodes, self.n_fed, context_ids.device)[None]  # [1, k]
             f = self.head(h, x, self.cache, position_ids=positions, attention_mask=mask)[0]  # [k, d]
             feature.update(zip(nodes, f))
             fed.extend(nodes)
             self.calls += 1
             return self.head.logits(f)  # [k, V]
 
-        tree, tokens = grow_tree(int(context_ids[-1]), self.head.logits(feature[0]), expand,
-                                 replace(budget, depth=depth))
+        tree, tokens, draft_probs = draft_tree(shape, int(context_ids[-1]), self.head.logits(feature[0]), expand,
+                                               sampling, generator, max_depth)
         if fed:
             self.cache.crop(-len(fed))  # only pairs built from real target features stay cached
-        return tree, context_ids.new_tensor(tokens)
+        return tree, context_ids.new_tensor(tokens), draft_probs
 
     def sync(self, n_kept: int, target_hidden: torch.Tensor | None = None) -> None:  # [n_kept, d]
         if n_kept == 0:
@@ -350,7 +371,7 @@ class FallbackDrafter:
     def __init__(self, *drafters: Drafter, default_tree=None):
         if not drafters:
             raise ValueError("FallbackDrafter needs at least one drafter, e.g. FallbackDrafter(NgramDrafter(V), model)")
-        self.drafters = [d if isinstance(d, Drafter) else ModelDrafter(d) for d in drafters]  # a bare HF model works
+        self.drafters = [as_drafter(d) for d in drafters]  # a bare HF model works
         sizes = {d.vocab_size for d in self.drafters}
         if len(sizes) > 1:
             raise ValueError(f"the drafters' vocabularies differ ({sorted(sizes)}); they must share the target's")
@@ -378,12 +399,12 @@ class FallbackDrafter:
                 self.used.append(i)
                 return tokens, probs
 
-    def propose_tree(self, context_ids, budget, sampling, max_depth=None):  # [T] -> (Tree, [n_nodes+1])
+    def propose_tree(self, context_ids, shape, sampling, generator=None, max_depth=None):  # [T] -> (Tree, [n+1], q)
         for i, drafter in enumerate(self.drafters):
-            tree, tokens = drafter.propose_tree(context_ids, budget, sampling, max_depth)
+            tree, tokens, draft_probs = drafter.propose_tree(context_ids, shape, sampling, generator, max_depth)
             if tree.size or i == len(self.drafters) - 1:
                 self.used.append(i)
-                return tree, tokens
+                return tree, tokens, draft_probs
 
     def sync(self, n_kept: int, target_hidden: torch.Tensor | None = None) -> None:
         for drafter in self.drafters:

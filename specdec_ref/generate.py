@@ -1,6 +1,12 @@
-"""Plain autoregressive decoding and speculative decoding, with the same sampling and cache code."""
+"""Plain autoregressive decoding and speculative decoding, with the same sampling and cache code.
+
+One loop, `speculative_generate`, runs every method: a chain of γ draft tokens per iteration
+(`speculative_step`), or a tree of guesses (`tree_step`: a static `Tree` of sampled children, or an
+EAGLE-2 dynamic tree grown to a `TreeBudget`). Both steps return a `Step`.
+"""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -8,8 +14,9 @@ import torch
 
 from .cache import CachedModel, cached_model, vocab_size
 from .device import seconds_since, start_timer
-from .drafters import Drafter, ModelDrafter, TreeDrafter
+from .drafters import TREE_MEMBERS, Drafter, ModelDrafter, TreeDrafter, as_drafter, missing_members
 from .sampling import SamplingConfig, logits_to_probs, sample
+from .tree import Tree, TreeBudget, as_tree, tree_attention_mask, tree_position_ids, verify_tree
 from .verify import verify
 
 
@@ -20,7 +27,7 @@ class Stats:
     target_calls: int = 0  # target forward passes (prefill included)
     draft_calls: int = 0  # draft forward passes (or lookups, for a drafter that is not a model)
     seconds: float = 0.0  # wall time of the whole generation, device synchronised
-    tree: bool = False  # True for a tree loop: accepted counts path nodes, drafted counts tree nodes
+    tree: bool = False  # True for a tree: accepted counts path nodes, drafted counts tree nodes
 
     @property
     def acceptance_rate(self) -> float:
@@ -40,17 +47,28 @@ class Stats:
 
 @dataclass
 class Step:
-    """Everything one draft/verify iteration saw and did (passed to `on_step`, for chapters and debugging)."""
+    """Everything one draft/verify iteration saw and did (passed to `on_step`, for chapters and debugging).
+
+    A chain and a tree fill the same fields; a tree also sets `tree` and `path`. For a tree, draft_tokens are
+    nodes 1..|𝒯| and row i of draft_probs / target_probs belongs to node i (row 0: the root, the last token).
+    """
     context_len: int  # tokens in the sequence before this iteration
-    draft_tokens: torch.Tensor  # [γ] proposed tokens
-    draft_probs: torch.Tensor  # [γ, V] distributions they were sampled from
-    target_probs: torch.Tensor  # [γ+1, V] the target's distributions at the same positions
-    n_accepted: int  # length of the accepted prefix
+    draft_tokens: torch.Tensor  # [γ] proposed tokens (a tree: [n_nodes], the drafted nodes breadth first)
+    draft_probs: torch.Tensor | None  # [γ, V] distributions they were sampled from (a tree: [n_nodes+1, V], or
+    # None when its children were chosen deterministically: top-k or a lookup, judged as point masses)
+    target_probs: torch.Tensor  # [γ+1, V] the target's distributions at the same positions (a tree: [n_nodes+1, V])
+    n_accepted: int  # length of the accepted prefix (a tree: of the accepted path)
     next_token: int  # the replacement (if n_accepted < γ) or bonus token (if n_accepted == γ)
     target_cache_before: int  # tokens in the target's KV cache after scoring, before rollback
     target_cache_after: int  # ... after rollback
     draft_cache_before: int  # tokens in the draft's KV cache after drafting (0 for a drafter without one)
     draft_cache_after: int
+    tree: Tree | None = None  # the tree drafted (None for a chain)
+    path: list[int] | None = None  # accepted node ids, root excluded (None for a chain)
+
+    @property
+    def n_drafted(self) -> int:
+        return self.draft_tokens.shape[0]
 
 
 @dataclass
@@ -117,20 +135,16 @@ def autoregressive_generate(model, input_ids: torch.Tensor, max_new_tokens: int,
     check_inputs(model, input_ids, max_new_tokens, sampling, "model")
     check_generator(generator, input_ids.device)
     t0 = start_timer(input_ids.device)
-    lm = cached_model(model, cache=cache, max_len=input_ids.shape[1] + max_new_tokens)
+    lm = cached_model(model, cache=cache, max_len=input_ids.shape[1] + max_new_tokens, name="model")
     tokens, n_prompt = input_ids[0].long(), input_ids.shape[1]
     new, done = trim_new_tokens(tokens, n_prompt, max_new_tokens, eos_token_id)
     while not done:
         probs = logits_to_probs(lm.logits(tokens, keep=1)[0], sampling)  # [V]
         tokens = torch.cat([tokens, sample(probs, generator)])
         new, done = trim_new_tokens(tokens, n_prompt, max_new_tokens, eos_token_id)
+    lm.check_finite()
     stats = Stats(target_calls=lm.calls, seconds=seconds_since(t0, input_ids.device))
     return Generation(new, stats)
-
-
-def as_drafter(draft) -> Drafter:
-    """A Hugging Face model becomes a ModelDrafter; anything that implements `Drafter` is used as it is."""
-    return draft if isinstance(draft, Drafter) else ModelDrafter(draft)
 
 
 def speculative_step(target_lm: CachedModel, drafter: Drafter, tokens: torch.Tensor, gamma: int,
@@ -157,59 +171,117 @@ def speculative_step(target_lm: CachedModel, drafter: Drafter, tokens: torch.Ten
     return new_tokens, step
 
 
-def check_speculative_inputs(target, drafter: Drafter, input_ids: torch.Tensor, max_new_tokens: int, gamma: int,
-                             sampling: SamplingConfig, generator: torch.Generator | None) -> None:  # [1, T]
-    """Everything `speculative_generate` refuses, with a message that says what to fix."""
+def tree_step(target_lm: CachedModel, drafter: TreeDrafter, tokens: torch.Tensor, shape: Tree | TreeBudget,
+              sampling: SamplingConfig, generator: torch.Generator | None, max_depth: int | None = None,
+              ) -> tuple[torch.Tensor, Step]:  # [T] -> ([T + len(path) + 1], Step)
+    """One iteration with a tree: draft it, score every node in one target pass, keep an exact path, roll back."""
+    T = tokens.shape[0]
+    # 1. the drafter drafts a tree: node 0 is the last context token, nodes 1..|𝒯| are guesses
+    tree, node_tokens, draft_probs = drafter.propose_tree(tokens, shape, sampling, generator, max_depth)
+    N = tree.size  # |𝒯|, n_nodes in the shape comments
+    # 2. the target scores every node in one pass: each row sees the context and its own ancestors only
+    flat, start = torch.cat([tokens, node_tokens[1:]]), target_lm.n_cached  # [T + n_nodes]
+    mask = tree_attention_mask(tree, T, start, T + N, target_lm.dtype, tokens.device)  # [1, 1, q, T + n_nodes]
+    positions = tree_position_ids(tree, T, start, T + N, tokens.device)  # [q]
+    target_logits = target_lm.logits(flat, keep=N + 1, position_ids=positions, attention_mask=mask)  # [n_nodes+1, V]
+    target_probs = logits_to_probs(target_logits, sampling)  # [n_nodes+1, V]
+    # 3. walk down the tree, keeping an exact path, plus one replacement or bonus token
+    if draft_probs is not None:
+        draft_probs = draft_probs.to(target_probs.dtype)
+    path, next_token = verify_tree(tree, node_tokens, target_probs, draft_probs, generator)
+    # 4. keep the path's keys and values (node i sits at flattened row T - 1 + i), drop the other nodes
+    cache_before = target_lm.n_cached, drafter.n_cached
+    target_lm.keep_rows(T, [T - 1 + i for i in path])
+    new_tokens = torch.cat([tokens, node_tokens[path], next_token])  # [T + len(path) + 1]
+    drafter.sync(new_tokens.shape[0] - 1, target_lm.hidden)
+    step = Step(context_len=T, draft_tokens=node_tokens[1:], draft_probs=draft_probs, target_probs=target_probs,
+                n_accepted=len(path), next_token=int(next_token), target_cache_before=cache_before[0],
+                target_cache_after=target_lm.n_cached, draft_cache_before=cache_before[1],
+                draft_cache_after=drafter.n_cached, tree=tree, path=path)
+    return new_tokens, step
+
+
+def as_method(drafter: Drafter, gamma: int | None, tree) -> int | Tree | TreeBudget:
+    """What each iteration drafts: a chain of γ (an int), a static Tree, or a TreeBudget; with neither gamma nor
+    tree, the drafter's `default_tree` if it has one, else a chain of its `default_gamma`."""
+    if gamma is not None and tree is not None:
+        raise ValueError("give gamma (a chain) or tree (a Tree, branching factors such as (2, 2), or a TreeBudget), "
+                         "not both")
+    if gamma is None and tree is None:
+        tree = drafter.default_tree if isinstance(drafter, TreeDrafter) else None
+        gamma = None if tree is not None else drafter.default_gamma
+    if tree is None:
+        if not isinstance(gamma, int) or isinstance(gamma, bool) or gamma < 1:
+            raise ValueError(f"gamma must be an integer >= 1, got {gamma!r}")
+        return gamma
+    missing = missing_members(drafter, TREE_MEMBERS)
+    if missing:
+        raise ValueError(f"{type(drafter).__name__} cannot draft a tree (it lacks {', '.join(missing)}: see "
+                         "specdec_ref.TreeDrafter); give gamma for a chain")
+    return tree if isinstance(tree, TreeBudget) else as_tree(tree)
+
+
+def rows_per_pass(method: int | Tree | TreeBudget) -> int:
+    """The most draft tokens one target pass scores: γ, or the tree's nodes."""
+    if isinstance(method, int):
+        return method
+    return method.n_nodes if isinstance(method, TreeBudget) else method.size
+
+
+def check_speculative_inputs(target, drafter: Drafter, input_ids: torch.Tensor, max_new_tokens: int,
+                             method: int | Tree | TreeBudget, sampling: SamplingConfig,
+                             generator: torch.Generator | None) -> None:  # [1, T]
+    """Everything `speculative_generate` refuses, for every method, with a message that says what to fix."""
     check_inputs(target, input_ids, max_new_tokens, sampling, "target")
     check_generator(generator, input_ids.device)
-    if not isinstance(gamma, int) or isinstance(gamma, bool) or gamma < 1:
-        raise ValueError(f"gamma must be an integer >= 1, got {gamma!r}")
     if isinstance(drafter, ModelDrafter):
         check_inputs(drafter.lm.model, input_ids, max_new_tokens, sampling, "draft")
     if drafter.vocab_size != vocab_size(target):
         raise ValueError(f"draft and target vocabularies differ ({drafter.vocab_size} vs {vocab_size(target)}); "
                          "they must share a tokenizer (slice padded heads to the tokenizer's length)")
+    if isinstance(method, Tree) and sampling.greedy:
+        widest = max(len(method.children(i)) for i in range(method.size + 1))
+        if widest > vocab_size(target):
+            raise ValueError(f"greedy drafting proposes distinct tokens, so a node can have at most "
+                             f"{vocab_size(target)} children (the vocabulary), got {widest}")
 
 
 @torch.inference_mode()
 def speculative_generate(target, draft, input_ids: torch.Tensor, max_new_tokens: int, *, gamma: int | None = None,
-                         tree=None, sampling: SamplingConfig = SamplingConfig(), generator: torch.Generator | None = None,
+                         tree: Tree | Sequence[int] | TreeBudget | None = None,
+                         sampling: SamplingConfig = SamplingConfig(), generator: torch.Generator | None = None,
                          eos_token_id: int | None = None, on_step: Callable[[Step], None] | None = None,
                          cache: str = "dynamic") -> Generation:  # [1, T] -> [n_new]
     """Draft cheaply, verify in one target pass, keep an exact prefix, repeat.
 
     `draft` is a Hugging Face causal LM or any `Drafter`. gamma drafts a chain of γ tokens per iteration;
-    tree=TreeBudget(...) grows an EAGLE-2 dynamic tree instead (`tree.tree_speculative_generate`). With
-    neither, the drafter's own default is used: its `default_tree` if it has one, else a chain of
-    `default_gamma`. `on_step` sees every iteration's `Step` (a `TreeStep` for trees). cache chooses the
-    target's KV cache: "dynamic", "static" (preallocated) or "compiled" (static + CUDA graphs), see
-    `cache.cached_model`; the loop is the same for all three.
+    tree drafts a tree instead: a `TreeBudget` (EAGLE-2's dynamic tree, from any `TreeDrafter`), or a static
+    `Tree` / branching factors such as (2, 2) (sampled children, SpecInfer's rule). With neither, the
+    drafter's own default: its `default_tree` if it has one, else a chain of `default_gamma`. `on_step` sees
+    every iteration's `Step`. cache chooses the target's KV cache: "dynamic", "static" (preallocated) or
+    "compiled" (static + CUDA graphs), see `cache.cached_model`; the loop is the same for all of them.
     """
     drafter = as_drafter(draft)
-    if tree is None and gamma is None and isinstance(drafter, TreeDrafter):
-        tree = drafter.default_tree
-    if tree is not None:
-        if gamma is not None:
-            raise ValueError("give gamma (a chain) or tree (a dynamic tree), not both")
-        from .tree import dynamic_tree_generate  # tree.py builds on this module
-        return dynamic_tree_generate(target, drafter, input_ids, max_new_tokens, budget=tree, sampling=sampling,
-                                     generator=generator, eos_token_id=eos_token_id, on_step=on_step, cache=cache)
-    gamma = drafter.default_gamma if gamma is None else gamma
-    check_speculative_inputs(target, drafter, input_ids, max_new_tokens, gamma, sampling, generator)
+    method = as_method(drafter, gamma, tree)
+    check_speculative_inputs(target, drafter, input_ids, max_new_tokens, method, sampling, generator)
     drafter.sync(0)  # a drafter object may be reused across calls: start from an empty cache
     t0 = start_timer(input_ids.device)
-    target_lm = cached_model(target, keep_hidden=drafter.wants_target_hidden, cache=cache,
-                             max_len=input_ids.shape[1] + max_new_tokens + gamma + 1)
-    tokens, n_prompt, stats = input_ids[0].long(), input_ids.shape[1], Stats()
+    target_lm = cached_model(target, keep_hidden=drafter.wants_target_hidden, cache=cache, name="target",
+                             max_len=input_ids.shape[1] + max_new_tokens + rows_per_pass(method) + 1)
+    tokens, n_prompt, stats = input_ids[0].long(), input_ids.shape[1], Stats(tree=not isinstance(method, int))
     new, done = trim_new_tokens(tokens, n_prompt, max_new_tokens, eos_token_id)
     while not done:
-        g = min(gamma, max_new_tokens - new.shape[0] - 1)  # never draft past max_new_tokens
-        tokens, step = speculative_step(target_lm, drafter, tokens, g, sampling, generator)
+        room = max_new_tokens - new.shape[0] - 1  # never draft past max_new_tokens
+        if isinstance(method, int):
+            tokens, step = speculative_step(target_lm, drafter, tokens, min(method, room), sampling, generator)
+        else:
+            tokens, step = tree_step(target_lm, drafter, tokens, method, sampling, generator, max_depth=room)
         stats.accepted.append(step.n_accepted)
-        stats.drafted.append(step.draft_tokens.shape[0])
+        stats.drafted.append(step.n_drafted)
         if on_step is not None:
             on_step(step)
         new, done = trim_new_tokens(tokens, n_prompt, max_new_tokens, eos_token_id)
+    target_lm.check_finite()
     stats.seconds = seconds_since(t0, input_ids.device)
     stats.target_calls, stats.draft_calls = target_lm.calls, drafter.calls
     return Generation(new, stats)

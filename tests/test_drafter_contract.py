@@ -110,7 +110,7 @@ def test_trees_after_many_iterations_equal_a_from_scratch_computation(pair8, nam
     budget = sd.TreeBudget(depth=3, topk=2, n_nodes=5)
     prompt = torch.tensor([[1, 2, 3, 4]])
     steps = []
-    out = sd.tree_speculative_generate(target, make(), prompt, N_NEW, tree=budget, sampling=GREEDY, on_step=steps.append)
+    out = sd.speculative_generate(target, make(), prompt, N_NEW, tree=budget, sampling=GREEDY, on_step=steps.append)
     sequence = torch.cat([prompt[0], out.tokens])
     assert len(steps) >= 20
     for step in steps[20:-3]:  # the last steps are cut short by max_new_tokens
@@ -123,8 +123,9 @@ def test_trees_after_many_iterations_equal_a_from_scratch_computation(pair8, nam
             lm.logits(context)
             hidden = lm.hidden[:-1]
         drafter.sync(context.shape[0] - 1, hidden)
-        tree, tokens = drafter.propose_tree(context, budget, GREEDY)
-        assert tree == step.tree and tokens.tolist() == step.node_tokens.tolist(), f"{name} at {step.context_len}"
+        tree, tokens, draft_probs = drafter.propose_tree(context, budget, GREEDY)
+        assert draft_probs is None  # top-k children: judged as point masses
+        assert tree == step.tree and tokens[1:].tolist() == step.draft_tokens.tolist(), f"{name} at {step.context_len}"
 
 
 def test_a_drafter_without_propose_tree_is_refused_by_the_tree_loop(pair8):
@@ -140,4 +141,39 @@ def test_a_drafter_without_propose_tree_is_refused_by_the_tree_loop(pair8):
             pass
 
     with pytest.raises(ValueError, match="propose_tree"):
-        sd.tree_speculative_generate(target, ChainOnly(), torch.tensor([[1, 2]]), 5, tree=sd.TreeBudget())
+        sd.speculative_generate(target, ChainOnly(), torch.tensor([[1, 2]]), 5, tree=sd.TreeBudget())
+
+
+class ProposeOnly:
+    """A reader's first drafter, as chapter 5 might inspire: it proposes, and implements nothing else."""
+
+    def propose(self, context_ids, gamma, sampling, generator=None):
+        return context_ids[-1:].repeat(gamma), torch.full((gamma, 8), 1 / 8)
+
+
+@pytest.mark.parametrize("method", [dict(gamma=2), dict(tree=(2, 1)), dict(tree=sd.TreeBudget(2, 2, 3)), {}], ids=str)
+def test_a_drafter_with_only_propose_is_refused_naming_what_it_lacks(pair8, method):
+    target, _ = pair8
+    with pytest.raises(ValueError, match="ProposeOnly lacks sync, vocab_size, default_gamma, wants_target_hidden, "
+                                         "calls, n_cached: see specdec_ref.Drafter"):
+        sd.speculative_generate(target, ProposeOnly(), torch.tensor([[1, 2]]), 5, **method)
+    with pytest.raises(ValueError, match="ProposeOnly lacks sync"):
+        sd.FallbackDrafter(sd.NgramDrafter(8), ProposeOnly())
+
+
+@pytest.mark.parametrize("shape", [sd.Tree.from_branching((2, 2)), sd.TreeBudget(depth=2, topk=2, n_nodes=4)])
+def test_every_tree_drafter_drafts_static_and_dynamic_shapes(pair8, shape):
+    """propose_tree takes either shape; sampled static children come with their draft rows, others as point masses."""
+    target, draft = pair8
+    ids = torch.tensor([[1, 2, 3, 1, 2]])
+    for name, make in make_drafters(target, draft).items():
+        for sampling in (GREEDY, sd.SamplingConfig(1.0)):
+            steps = []
+            sd.speculative_generate(target, make(), ids, 12, tree=shape, sampling=sampling,
+                                    generator=torch.Generator().manual_seed(0), on_step=steps.append)
+            drafted = [s for s in steps if s.tree.size]
+            assert drafted, f"{name} drafted nothing"
+            sampled_rows = [s.draft_probs is not None for s in drafted]
+            expect = isinstance(shape, sd.Tree) and not sampling.greedy and "ngram" not in name
+            if not name.startswith("fallback"):  # a fallback mixes lookup and the head, iteration by iteration
+                assert all(r == expect for r in sampled_rows), f"{name} {sampling}"

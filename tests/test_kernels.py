@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import specdec_ref as sd
-from specdec_ref.kernels import PrepackedLinear, kernel_path, prepack_available, prepack_for_cpu, unpack
+from specdec_ref.models.kernels import PrepackedLinear, kernel_path, prepack_available, prepack_for_cpu, unpack
 from specdec_ref.models.toy import tiny_llama
 
 pytestmark = pytest.mark.skipif(not prepack_available("cpu"), reason="this torch has no oneDNN")

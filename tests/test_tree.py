@@ -12,19 +12,34 @@ import pytest
 import torch
 
 import specdec_ref as sd
+from specdec_ref import generate as generate_mod
 from specdec_ref import tree as tree_mod
-from specdec_ref.cache import CachedModel
+from specdec_ref.cache import CachedModel, cached_model
 from specdec_ref.lab.stats import SIGNIFICANCE, chi_square_gof, probs_to_dict
 from specdec_ref.models.toy import exact_sequence_distribution, tiny_llama, tiny_pair
 from specdec_ref.sampling import sample
-from specdec_ref.tree import (Tree, accepted_length_vs_chain, tree_forward, tree_speculative_generate,
-                              tree_speculative_step, verify_tree)
+from specdec_ref.drafters import ModelDrafter
+from specdec_ref.generate import tree_step
+from specdec_ref.lab.trees import accepted_length_vs_chain
+from specdec_ref.tree import Tree, tree_attention_mask, tree_position_ids, verify_tree
 from specdec_ref.verify import residual
 
 GREEDY, T1 = sd.SamplingConfig(0), sd.SamplingConfig(1.0)
 
 
-def verify_tree_siblings_against_original_target(tree, node_tokens, draft_probs, target_probs, generator=None):
+def tree_generate(target, draft, ids, n, *, tree, **kw):
+    return sd.speculative_generate(target, draft, ids, n, tree=tree, **kw)
+
+
+def tree_pass(lm, context, tree, node_tokens):  # [T], [N+1] -> [N+1, V]: the target's pass of `tree_step`
+    T, start = context.shape[0], lm.n_cached
+    mask = tree_attention_mask(tree, T, start, T + tree.size, lm.dtype)
+    positions = tree_position_ids(tree, T, start, T + tree.size)
+    return lm.logits(torch.cat([context, node_tokens[1:]]), keep=tree.size + 1, position_ids=positions,
+                     attention_mask=mask)
+
+
+def verify_tree_siblings_against_original_target(tree, node_tokens, target_probs, draft_probs, generator=None):
     """Bug: every sibling is judged against the original target_probs, never against the residual."""
     path, node = [], 0
     while True:
@@ -55,7 +70,7 @@ def test_tree_logits_equal_each_path_run_as_a_sequence(attn, branching):
     lm = CachedModel(model)
     with torch.inference_mode():
         lm.logits(context[:4])  # part of the context is cached already, as in a real step
-        logits = tree_forward(lm, context, tree, node_tokens, context.shape[0] + tree.size)[-(tree.size + 1):]
+        logits = tree_pass(lm, context, tree, node_tokens)
         ancestry = tree.ancestry()
         for i in range(tree.size + 1):
             path = [j for j in range(1, i + 1) if ancestry[i, j]]  # root-to-node, root excluded
@@ -67,17 +82,24 @@ def test_tree_logits_equal_each_path_run_as_a_sequence(attn, branching):
         torch.testing.assert_close(lm.logits(longer), model(input_ids=longer[None]).logits[0, -2:], rtol=0, atol=tol)
 
 
-def test_step_leaves_both_caches_holding_exactly_the_context():
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+@pytest.mark.parametrize("shape", [Tree.from_branching((2, 2)), sd.TreeBudget(depth=3, topk=2, n_nodes=5)])
+def test_tree_step_keeps_the_accepted_path_and_nothing_else_in_the_target_cache(cache, shape):
+    """After a step the target's cache holds the context plus the accepted path (kept rows, not re-fed): its next
+    logits equal a plain model's on the same tokens; the draft's cache holds the context only."""
     target, draft = tiny_pair(8, seed=0, noise=0.3)
-    target_lm, draft_lm = CachedModel(target), CachedModel(draft)
-    tokens, g = torch.tensor([1, 2, 3]), torch.Generator().manual_seed(0)
+    target_lm, drafter = cached_model(target, cache=cache, max_len=64), ModelDrafter(draft)
+    tokens, g, paths = torch.tensor([1, 2, 3]), torch.Generator().manual_seed(0), []
     with torch.inference_mode():
-        for _ in range(5):
+        for _ in range(6):
             T = tokens.shape[0]
-            tokens, step = tree_speculative_step(target_lm, draft_lm, tokens, Tree.from_branching((2, 2)), T1, g)
-            for lm in (target_lm, draft_lm):
-                assert lm.n_cached == lm.cache.get_seq_length() == T  # the accepted path is re-fed next pass
-            assert tokens.shape[0] == T + len(step.path) + 1
+            tokens, step = tree_step(target_lm, drafter, tokens, shape, T1, g)
+            paths.append(len(step.path))
+            assert target_lm.n_cached == T + len(step.path) == tokens.shape[0] - 1 == step.target_cache_after
+            assert drafter.n_cached == T and step.n_accepted == len(step.path)
+            nxt = target_lm.logits(tokens, keep=1)[0]  # feeds the newest token on top of the kept rows
+            torch.testing.assert_close(nxt, target(input_ids=tokens[None]).logits[0, -1], rtol=0, atol=1e-9)
+    assert max(paths) >= 1 and min(paths) < 2  # paths were kept, and rejections happened
 
 
 # --- greedy: token for token ------------------------------------------------------------------------------
@@ -89,11 +111,37 @@ def test_greedy_tree_equals_greedy_target(branching):
         target, draft = tiny_pair(vocab_size=8, seed=seed, noise=0.3, hidden=32, n_layers=2)
         ids = torch.tensor([[seed + 1, 2, 3, 4]])
         plain = sd.autoregressive_generate(target, ids, 40, sampling=GREEDY).tokens.tolist()
-        spec = tree_speculative_generate(target, draft, ids, 40, tree=branching, sampling=GREEDY)
+        spec = tree_generate(target, draft, ids, 40, tree=branching, sampling=GREEDY)
         assert spec.tokens.tolist() == plain
         assert spec.stats.target_calls == len(spec.stats.accepted)  # one target pass per iteration
         accepted += spec.stats.accepted
     assert 0 < sum(accepted) and min(accepted) < len(branching)  # accepting and rejecting were both exercised
+
+
+METHODS = [dict(gamma=3), dict(tree=(2, 2)), dict(tree=(3, 1)), dict(tree=sd.TreeBudget(depth=3, topk=2, n_nodes=5))]
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+@pytest.mark.parametrize("method", METHODS, ids=str)
+def test_every_method_in_every_cache_mode_equals_greedy_target(cache, method):
+    """One loop: chain, static tree and dynamic tree, with either CPU cache (compiled needs CUDA: test_static_cache)."""
+    target, draft = tiny_pair(vocab_size=8, seed=2, noise=0.3, hidden=32, n_layers=2)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    plain = sd.autoregressive_generate(target, ids, 30, sampling=GREEDY).tokens.tolist()
+    spec = sd.speculative_generate(target, draft, ids, 30, sampling=GREEDY, cache=cache, **method)
+    assert spec.tokens.tolist() == plain
+    assert spec.stats.target_calls == len(spec.stats.accepted) and sum(spec.stats.accepted) > 0
+
+
+@pytest.mark.parametrize("method", METHODS, ids=str)
+def test_static_cache_samples_the_same_tokens_as_the_dynamic_cache(method):
+    """Same seed, same float64 toy: the cache mode changes where keys live, never what is sampled."""
+    target, draft = tiny_pair(vocab_size=8, seed=3, noise=0.5, hidden=32, n_layers=2)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    outs = [sd.speculative_generate(target, draft, ids, 30, sampling=T1, cache=cache, **method,
+                                    generator=torch.Generator().manual_seed(7)).tokens.tolist()
+            for cache in ("dynamic", "static")]
+    assert outs[0] == outs[1]
 
 
 def test_greedy_tree_with_eos_stops_like_greedy_target():
@@ -101,7 +149,7 @@ def test_greedy_tree_with_eos_stops_like_greedy_target():
     ids = torch.tensor([[1, 2, 3, 4]])
     plain = sd.autoregressive_generate(target, ids, 40, sampling=GREEDY).tokens.tolist()
     eos = plain[7]
-    spec = tree_speculative_generate(target, draft, ids, 40, tree=(2, 2), sampling=GREEDY, eos_token_id=eos)
+    spec = tree_generate(target, draft, ids, 40, tree=(2, 2), sampling=GREEDY, eos_token_id=eos)
     assert spec.tokens.tolist() == plain[:plain.index(eos) + 1]
 
 
@@ -119,7 +167,7 @@ def _one_node_counts(verify_fn, k: int, n: int = 5000, seed: int = 0, replacemen
     for _ in range(n):
         children = torch.multinomial(draft_row, k, replacement=replacement, generator=g)  # [k]
         node_tokens = torch.cat([torch.tensor([0]), children])  # [k+1]
-        path, next_token = verify_fn(tree, node_tokens, draft_probs, target_probs, g)
+        path, next_token = verify_fn(tree, node_tokens, target_probs, draft_probs, g)
         counts[int(node_tokens[path[0]]) if path else int(next_token)] += 1
     return counts, probs_to_dict(target_row)
 
@@ -156,8 +204,8 @@ def pair3():
 
 def tree_counts(target, draft, branching, sampling, seed=0) -> Counter:
     g, ids = torch.Generator().manual_seed(seed), torch.tensor([PROMPT])
-    return Counter(tuple(tree_speculative_generate(target, draft, ids, N_TOKENS, tree=branching, sampling=sampling,
-                                                   generator=g).tokens.tolist()) for _ in range(N_SAMPLES))
+    return Counter(tuple(tree_generate(target, draft, ids, N_TOKENS, tree=branching, sampling=sampling,
+                                       generator=g).tokens.tolist()) for _ in range(N_SAMPLES))
 
 
 @pytest.mark.slow
@@ -174,7 +222,7 @@ def test_tree_sequences_match_exact_target_distribution(pair3, branching, sampli
 @pytest.mark.slow
 def test_chi_square_rejects_tree_with_siblings_judged_against_original_target(pair3, monkeypatch):
     target, draft = pair3
-    monkeypatch.setattr(tree_mod, "verify_tree", verify_tree_siblings_against_original_target)
+    monkeypatch.setattr(generate_mod, "verify_tree", verify_tree_siblings_against_original_target)
     result = chi_square_gof(tree_counts(target, draft, (3,), T1), exact_sequence_distribution(target, PROMPT, N_TOKENS))
     assert result.rejects(SIGNIFICANCE), str(result)
 
@@ -201,22 +249,22 @@ def test_bad_parent_lists_are_refused(parents):
 def test_bad_tree_specs_are_refused(toy_pair, tree):
     target, draft = toy_pair
     with pytest.raises(ValueError):
-        tree_speculative_generate(target, draft, torch.tensor([[1, 2]]), 4, tree=tree)
+        tree_generate(target, draft, torch.tensor([[1, 2]]), 4, tree=tree)
 
 
 def test_bad_inputs_are_refused(toy_pair):
     target, draft = toy_pair
     ids = torch.tensor([[1, 2]])
-    with pytest.raises(ValueError, match="draft model"):
-        tree_speculative_generate(target, sd.NgramDrafter(6), ids, 4)
+    with pytest.raises(ValueError, match="not both"):
+        tree_generate(target, draft, ids, 4, tree=(2,), gamma=2)
     with pytest.raises(ValueError, match="vocabularies differ"):
-        tree_speculative_generate(target, tiny_llama(7), ids, 4)
+        tree_generate(target, tiny_llama(7), ids, 4, tree=(2,))
     with pytest.raises(ValueError, match="at most 6 children"):
-        tree_speculative_generate(target, draft, ids, 4, tree=(7,), sampling=GREEDY)
+        tree_generate(target, draft, ids, 4, tree=(7,), sampling=GREEDY)
     with pytest.raises(ValueError, match="max_new_tokens"):
-        tree_speculative_generate(target, draft, ids, -1)
+        tree_generate(target, draft, ids, -1, tree=(2,))
     with pytest.raises(ValueError, match="SamplingConfig"):
-        tree_speculative_generate(target, draft, ids, 4, sampling=1.0)
+        tree_generate(target, draft, ids, 4, tree=(2,), sampling=1.0)
 
 
 def test_tree_helpers_describe_the_tree():
@@ -229,7 +277,7 @@ def test_tree_helpers_describe_the_tree():
 
 # --- dynamic trees (EAGLE-2): deterministic top-k children, recursive rejection with point-mass proposals ------
 
-def verify_deterministic_without_removal(tree, node_tokens, target_probs, generator=None):
+def verify_deterministic_without_removal(tree, node_tokens, target_probs, draft_probs=None, generator=None):
     """Bug: a rejected candidate keeps its mass, so the fallback sample can emit it again (too often)."""
     path, node = [], 0
     while True:
@@ -246,9 +294,9 @@ def verify_deterministic_without_removal(tree, node_tokens, target_probs, genera
 
 def verify_deterministic_with_draft_ratio(draft_row):
     """Bug: SpecInfer's min(1, p/q) with the draft's q, as if the top-k children had been sampled from q."""
-    def verify_fn(tree, node_tokens, target_probs, generator=None):
+    def verify_fn(tree, node_tokens, target_probs, draft_probs=None, generator=None):
         draft_probs = torch.stack([draft_row] * target_probs.shape[0])  # [N+1, V]
-        return verify_tree(tree, node_tokens, draft_probs, target_probs, generator)
+        return verify_tree(tree, node_tokens, target_probs, draft_probs, generator)
     return verify_fn
 
 
@@ -262,14 +310,14 @@ def _top_k_node_counts(verify_fn, k: int, n: int = 5000, seed: int = 0):
     node_tokens = torch.cat([torch.tensor([0]), draft_row.topk(k).indices])  # [k+1], the same every time
     counts = Counter()
     for _ in range(n):
-        path, next_token = verify_fn(tree, node_tokens, target_probs, g)
+        path, next_token = verify_fn(tree, node_tokens, target_probs, None, g)
         counts[int(node_tokens[path[0]]) if path else int(next_token)] += 1
     return counts, probs_to_dict(target_row), draft_row
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 5])
 def test_point_mass_rule_emits_target_distribution_at_one_node(k):
-    counts, target, _ = _top_k_node_counts(tree_mod.verify_tree_deterministic, k)
+    counts, target, _ = _top_k_node_counts(verify_tree, k)
     result = chi_square_gof(counts, target)
     assert not result.rejects(SIGNIFICANCE), f"k={k}: {result}"
 
@@ -282,15 +330,15 @@ def test_chi_square_rejects_point_mass_rule_that_keeps_rejected_candidates(k):
 
 @pytest.mark.parametrize("k", [1, 2])
 def test_chi_square_rejects_specinfer_ratio_on_deterministic_candidates(k):
-    draft_row = _top_k_node_counts(tree_mod.verify_tree_deterministic, 1, n=1)[2]
+    draft_row = _top_k_node_counts(verify_tree, 1, n=1)[2]
     counts, target, _ = _top_k_node_counts(verify_deterministic_with_draft_ratio(draft_row), k)
     assert chi_square_gof(counts, target).rejects(SIGNIFICANCE)
 
 
 def dynamic_counts(target, draft, budget, sampling, seed=0) -> Counter:
     g, ids = torch.Generator().manual_seed(seed), torch.tensor([PROMPT])
-    return Counter(tuple(tree_speculative_generate(target, draft, ids, N_TOKENS, tree=budget, sampling=sampling,
-                                                   generator=g).tokens.tolist()) for _ in range(N_SAMPLES))
+    return Counter(tuple(tree_generate(target, draft, ids, N_TOKENS, tree=budget, sampling=sampling,
+                                       generator=g).tokens.tolist()) for _ in range(N_SAMPLES))
 
 
 @pytest.mark.slow
@@ -313,10 +361,10 @@ def test_chi_square_rejects_dynamic_tree_with_a_broken_rule(pair3, monkeypatch, 
     if broken == "keeps rejected candidates":
         fn = verify_deterministic_without_removal
     else:
-        def fn(tree, node_tokens, target_probs, generator=None):  # q: the draft's own distribution at each node
+        def fn(tree, node_tokens, target_probs, draft_probs=None, generator=None):  # q: uniform, as if sampled
             uniform = torch.full_like(target_probs, 1 / target_probs.shape[-1])
-            return verify_tree(tree, node_tokens, uniform, target_probs, generator)
-    monkeypatch.setattr(tree_mod, "verify_tree_deterministic", fn)
+            return verify_tree(tree, node_tokens, target_probs, uniform, generator)
+    monkeypatch.setattr(generate_mod, "verify_tree", fn)
     budget = sd.TreeBudget(depth=3, topk=2, n_nodes=5)
     result = chi_square_gof(dynamic_counts(target, draft, budget, T1), exact_sequence_distribution(target, PROMPT, N_TOKENS))
     assert result.rejects(SIGNIFICANCE), f"{broken}: {result}"
@@ -327,7 +375,7 @@ def test_greedy_dynamic_tree_equals_greedy_target(budget):
     target, draft = tiny_pair(vocab_size=8, seed=1, noise=0.3, hidden=32, n_layers=2)
     ids = torch.tensor([[1, 2, 3]])
     plain = sd.autoregressive_generate(target, ids, 30, sampling=GREEDY).tokens.tolist()
-    out = tree_speculative_generate(target, draft, ids, 30, tree=budget, sampling=GREEDY)
+    out = tree_generate(target, draft, ids, 30, tree=budget, sampling=GREEDY)
     assert out.tokens.tolist() == plain
     assert max(out.stats.accepted) >= 1
 

@@ -18,9 +18,9 @@ import torch
 
 from ..cache import CachedModel, vocab_size
 from ..device import synchronize
-from ..drafters import FeatureDrafter, TreeDrafter
+from ..drafters import FeatureDrafter, TreeDrafter, empty_proposal
 from ..generate import Step, as_drafter, autoregressive_generate, speculative_generate
-from ..kernels import kernel_path
+from ..models.kernels import kernel_path
 from ..sampling import SamplingConfig
 from .bench import Row, draft_step_seconds, run_interleaved
 from .compare import target_answers
@@ -126,7 +126,7 @@ class NoDraft:
         self.vocab_size = vocab_size
 
     def propose(self, context_ids, gamma, sampling, generator=None):  # [T] -> ([0], [0, V])
-        return context_ids[:0], torch.empty(0, self.vocab_size, device=context_ids.device)
+        return empty_proposal(context_ids, self.vocab_size)
 
     def sync(self, n_kept: int, target_hidden: torch.Tensor | None = None) -> None:
         pass

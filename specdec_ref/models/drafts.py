@@ -16,7 +16,7 @@ from torch import nn
 
 from ..cache import vocab_size
 from ..drafters import FeatureDrafter, NgramDrafter
-from ..kernels import unpack
+from .kernels import unpack
 from . import feature_draft as _feature
 from . import offline_draft
 from .loading import placeholder_draft

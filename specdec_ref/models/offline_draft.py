@@ -22,7 +22,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from ..kernels import PackedWeight, linear
+from .kernels import PackedWeight, linear
 
 WEIGHTS_DIR = Path(__file__).parent / "weights" / "offline_draft"
 
