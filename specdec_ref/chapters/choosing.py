@@ -12,7 +12,7 @@ import numpy as np
 
 from ..lab.speedup import expected_tokens_per_iteration
 from .speed import plot_claims_plane
-from .verdicts import training_verdict
+from .verdicts.ch5 import training_verdict
 
 
 def coverage_speedup(alpha: float, gamma: int, c: float, coverage: float) -> float:

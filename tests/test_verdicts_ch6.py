@@ -1,0 +1,92 @@
+"""Chapter 6, "In production": each verdict sentence follows its measurements
+(flip the numbers, the sentence flips)."""
+from specdec_ref.chapters.verdicts.ch6 import overhead_verdict, tree_vs_chain_verdict
+
+
+def test_tree_vs_chain_verdict_follows_the_numbers():
+    assert tree_vs_chain_verdict(1.4, 1.1).startswith("the tree is ahead")
+    assert tree_vs_chain_verdict(1.1, 1.4).startswith("the chain is ahead")
+    assert "level" in tree_vs_chain_verdict(1.20, 1.21)
+
+
+def test_overhead_verdict_follows_the_numbers():
+    assert "at most" in overhead_verdict(5.0, 7.0)
+    assert "more than" in overhead_verdict(9.0, 7.0)
+
+
+def test_confidence_stop_verdict_says_most_drafts_are_short_only_when_they_are():
+    from specdec_ref.chapters.verdicts.ch6 import confidence_stop_verdict
+    short = confidence_stop_verdict([1, 2, 1, 20, 2], [20] * 5, hf_passes=3.1)
+    long = confidence_stop_verdict([1, 12, 20, 20, 9], [20] * 5)
+    assert "ends most drafts after 2 tokens or fewer" in short and "4 of 5 (80%)" in short and "3.1 draft passes" in short
+    assert "most drafts ran longer" in long and "1 of 5 (20%)" in long
+    assert "not measured" in confidence_stop_verdict([], [])
+
+
+def test_greedy_agreement_verdict_follows_the_splits():
+    from specdec_ref.chapters.verdicts.ch6 import greedy_agreement_verdict
+    assert greedy_agreement_verdict(8, 8, 0, 0).startswith("all 8 greedy runs")
+    assert "near-ties that rounding explains" in greedy_agreement_verdict(7, 8, 1, 1)
+    assert "suspect a bug" in greedy_agreement_verdict(7, 8, 1, 0)
+
+
+def test_distribution_verdict_flips_at_the_level():
+    from specdec_ref.chapters.verdicts.ch6 import distribution_verdict
+    good = distribution_verdict({"a": 0.4, "b": 0.02}, 1e-6, 0.001)
+    assert "none of the 2 tests finds a difference" in good and "rejects the broken sampler" in good
+    bad = distribution_verdict({"a": 0.4, "b": 0.0001}, 0.3, 0.001)
+    assert "reject b" in bad and "does not reject the broken sampler" in bad
+
+
+def test_lookup_verdict_says_free_only_within_the_margin():
+    from specdec_ref.chapters.verdicts.ch6 import lookup_verdict
+    assert "costs almost nothing extra" in lookup_verdict(2.0, 0.98) and "it paid" in lookup_verdict(2.0, 0.98)
+    slow = lookup_verdict(0.9, 0.8)
+    assert "a cost of 20%" in slow and "not free" in slow and "did not pay" in slow
+    assert "found stretches to copy" in lookup_verdict(1.5, 1.3)
+
+
+def test_roofline_turn_verdict_compares_the_measured_rise_with_the_ridge():
+    from specdec_ref.chapters.verdicts.ch6 import roofline_turn_verdict
+    assert "sooner than the roofline says" in roofline_turn_verdict(8, 64, 128)
+    assert "sooner than the roofline says" in roofline_turn_verdict(8, None, 128)
+    assert "roofline predicts" in roofline_turn_verdict(64, 32, 128)
+    assert "stays nearly free" in roofline_turn_verdict(None, None, 128)
+
+
+def test_breakeven_verdict_finds_the_crossing_or_says_there_is_none():
+    from specdec_ref.chapters.verdicts.ch6 import breakeven_verdict
+    assert "falls to 1× or below at B = 8" in breakeven_verdict({1: 1.5, 4: 1.2, 8: 0.9, 16: 0.7})
+    assert "stays above 1× up to B = 16" in breakeven_verdict({1: 1.5, 16: 1.1})
+    assert "never rises above 1×" in breakeven_verdict({1: 0.9, 16: 0.5})
+
+
+def test_long_context_verdict_says_pays_again_only_when_the_long_curve_is_ahead():
+    from specdec_ref.chapters.verdicts.ch6 import long_context_verdict
+    again = long_context_verdict({1: 1.8, 512: 0.97, 1024: 0.85}, {1: 1.8, 512: 1.57}, 512, 8192)
+    assert "pays again" in again and "no longer" in again and "B = 512" in again
+    less = long_context_verdict({1: 1.8, 64: 1.7}, {1: 1.8, 64: 1.2}, 512, 8192)
+    assert "pay less, not more" in less
+    assert "hardly changes" in long_context_verdict({1: 1.8}, {1: 1.8}, 512, 8192)
+
+
+def test_broken_sampler_caught_verdict_flips_at_the_level():
+    from specdec_ref.chapters.verdicts.ch6 import broken_sampler_caught_verdict
+    assert broken_sampler_caught_verdict(0.001, 0.01).startswith("rejects it")
+    missed = broken_sampler_caught_verdict(0.2, 0.01)
+    assert missed.startswith("does not reject it") and "power" in missed
+
+
+def test_second_candidates_verdict_says_helped_only_when_the_tree_keeps_more():
+    from specdec_ref.chapters.verdicts.ch6 import second_candidates_verdict
+    assert "helped" in second_candidates_verdict(1.4, 1.1)
+    assert "did not" in second_candidates_verdict(1.1, 1.4) and "fewer" in second_candidates_verdict(1.1, 1.4)
+    level = second_candidates_verdict(1.102, 1.1)
+    assert "did not" in level and "as many" in level and "helped" not in level
+
+
+def test_topk_mass_verdict_follows_beta_and_the_mass():
+    from specdec_ref.chapters.verdicts.ch6 import topk_mass_verdict
+    assert "keeps less than a sampled chain" in topk_mass_verdict(0.8, 0.5, 3)
+    assert "still keeps more" in topk_mass_verdict(0.5, 0.8, 3)
+    assert "level" in topk_mass_verdict(0.6, 0.61, 3)
