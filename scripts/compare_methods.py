@@ -21,6 +21,7 @@ import torch
 
 import specdec_ref as sd
 from specdec_ref.distill.prompts import HELD_OUT
+from specdec_ref.lab.hf import assistant_settings, constant_gamma
 from specdec_ref.lab.bench import forward_seconds, hf_generate, run_interleaved
 from specdec_ref.lab.timing import latency_curve
 from specdec_ref.models import feature_draft, offline_draft
@@ -64,9 +65,8 @@ for ids in [enc[0]] + enc:  # the first prompt twice: the first round is a warm-
                 out = sd.speculative_generate(target, sd.ModelDrafter(lm), ids, N, gamma=3, sampling=greedy)
                 wall = out.stats.seconds
             else:
-                _, wall = hf_generate(target, ids, N, greedy, torch.Generator().manual_seed(0), assistant_model=lm,
-                                      num_assistant_tokens=3, num_assistant_tokens_schedule="constant",
-                                      assistant_confidence_threshold=0.0)
+                with assistant_settings(lm, **constant_gamma(3)):  # on the draft's config: generate() ignores them
+                    _, wall = hf_generate(target, ids, N, greedy, torch.Generator().manual_seed(0), assistant_model=lm)
         passes = rec["calls"][0]
         over[name].append((wall - rec["seconds"]) / passes * 1e3)
 res["overhead_ms_per_iteration"] = {k: statistics.median(v[1:]) for k, v in over.items()}
@@ -84,13 +84,13 @@ for sname, sampling in (("greedy", sd.SamplingConfig(0)), ("T=1", sd.SamplingCon
                "plain, HF generate": lambda ids: hf_generate(target, ids, N, sampling, g),
                "HF assisted, LM draft (defaults)": lambda ids: hf_generate(target, ids, N, sampling, g, assistant_model=lm),
                "chain, LM draft γ=3": lambda ids: sd.speculative_generate(target, lm, ids, N, gamma=3, **o),
-               "tree (4, 4, 12), LM draft": lambda ids: sd.tree_speculative_generate(
+               "tree (4, 4, 12), LM draft": lambda ids: sd.speculative_generate(
                    target, lm, ids, N, tree=budgets["tree (4, 4, 12)"], **o)}
     for gam in (2, 3):
         methods[f"chain, feature head γ={gam}"] = lambda ids, gam=gam: sd.speculative_generate(
             target, feature, ids, N, gamma=gam, **o)
     for bname, b in budgets.items():
-        methods[f"{bname}, feature head"] = lambda ids, b=b: sd.tree_speculative_generate(target, feature, ids, N,
+        methods[f"{bname}, feature head"] = lambda ids, b=b: sd.speculative_generate(target, feature, ids, N,
                                                                                            tree=b, **o)
     rows = run_interleaved(methods, enc, progress=lambda m: print(sname, m, flush=True))
     base = max(rows["plain, ours"].tokens_per_second, rows["plain, HF generate"].tokens_per_second)

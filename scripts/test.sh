@@ -9,6 +9,10 @@ bash scripts/setup.sh
 export SPECDEC_QUICK=${SPECDEC_QUICK:-1} HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 start=$(date +%s)
 
+echo "== lint: ruff (pyflakes, pycodestyle, lines <= 110) and the import layers (lint-imports, pyproject.toml)"
+ruff check specdec_ref tests scripts
+lint-imports
+
 echo "== unit and statistical tests"
 python -m pytest -q -n 2 -m "not kernel" tests  # two workers: every test runs single-threaded (tests/conftest.py)
 python -m pytest -q -m kernel tests  # tests that start a Jupyter kernel, outside the workers

@@ -35,14 +35,50 @@ def test_tree_checker_accepts_the_greedy_walk_and_rejects_the_chain_answer():
         ch6.check_tree_by_hand([5, 1])  # forgot the target's own token after the path
 
 
-def test_hf_settings_checker_names_the_missing_or_wrong_key():
-    ch6.check_hf_settings({"num_assistant_tokens": 3, "num_assistant_tokens_schedule": "constant",
-                           "assistant_confidence_threshold": 0.0})
-    with pytest.raises(AssertionError, match="assistant_confidence_threshold"):
-        ch6.check_hf_settings({"num_assistant_tokens": 3, "num_assistant_tokens_schedule": "constant"})
-    with pytest.raises(AssertionError, match="heuristic"):
-        ch6.check_hf_settings({"num_assistant_tokens": 3, "num_assistant_tokens_schedule": "heuristic",
-                               "assistant_confidence_threshold": 0.0})
+HF_RIGHT = {"num_assistant_tokens": 3, "num_assistant_tokens_schedule": "constant",
+            "assistant_confidence_threshold": 0.0}
+
+
+def test_hf_settings_checker_passes_settings_that_make_hf_draft_three_tokens(capsys):
+    ch6.check_hf_settings(dict(HF_RIGHT))
+    out = capsys.readouterr().out
+    assert "Correct" in out and "keywords" in out  # it also shows what the keyword route does
+
+
+def test_hf_checker_counts_three_draft_passes_per_target_pass_only_through_the_drafts_config():
+    from specdec_ref.lab import hf
+    target, draft = ch6.hf_checker_pair()
+    with hf.assistant_settings(draft, **HF_RIGHT):
+        lengths = ch6.hf_draft_lengths(target, draft)
+    assert lengths[:ch6.HF_NEW_TOKENS - 3] == [3] * (ch6.HF_NEW_TOKENS - 3)
+    as_keywords = ch6.hf_draft_lengths(target, draft, **HF_RIGHT)  # the route transformers 5 ignores
+    assert sum(as_keywords) / len(as_keywords) < 1.5
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    ({}, "stopped after one token"),  # does nothing: the draft's own settings
+    ({"num_assistant_tokens": 3, "num_assistant_tokens_schedule": "constant"}, "stopped after one token"),
+    ({"num_assistant_tokens": 3, "num_assistant_tokens_schedule": "heuristic",
+      "assistant_confidence_threshold": 0.0}, "moved between iterations"),
+    ({"num_assistant_tokens": 3, "assistant_confidence_threshold": 0.0}, "moved between iterations"),
+    ({"num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.0}, "caps"),
+    ({"num_assistant_tokens": 4, "num_assistant_tokens_schedule": "constant",
+      "assistant_confidence_threshold": 0.0}, "caps"),
+    ({"num_assistant_tokens": 2, "num_assistant_tokens_schedule": "constant",
+      "assistant_confidence_threshold": 0.0}, "not γ"),
+    ({"num_assistant_tokens": 3, "num_assistant_tokens_schedule": "constant",
+      "assistant_confidence_threshold": 0.1}, "never undercut"),
+    ({"num_assistant_tokens": 3, "num_assistant_tokens_schedule": "fixed"}, "cannot use"),
+    ({"gamma": 3}, "not assistant settings"),
+])
+def test_hf_settings_checker_rejects_wrong_settings_with_a_hint_not_the_answer(wrong, hint):
+    with pytest.raises(AssertionError, match="Hint|not γ") as failure:
+        ch6.check_hf_settings(wrong)
+    message = str(failure.value)
+    assert hint in message
+    for key, value in HF_RIGHT.items():  # the hint never gives the right setting away
+        assert f"{key}={value!r}" not in message and f"{key} = {value!r}" not in message
+    assert "constant" not in message and "0.0" not in message
 
 
 def test_paper_model_prices_a_pass_like_the_timing_module():
@@ -99,13 +135,13 @@ def verify_final_sample_from_full_target(target_probs, candidates, generator):  
 def test_point_mass_checker_passes_the_exact_rule_and_the_package_rule(capsys):
     ch6.check_point_mass_verify(point_mass_verify)
     assert "Correct" in capsys.readouterr().out
-    from specdec_ref.tree import Tree, verify_tree_deterministic
+    from specdec_ref.tree import Tree, verify_tree
 
-    def package_rule(target_probs, candidates, generator):  # one node of verify_tree_deterministic
+    def package_rule(target_probs, candidates, generator):  # one node of verify_tree, point-mass proposals
         tree = Tree(tuple([-1] + [0] * len(candidates)))
         node_tokens = torch.cat([torch.tensor([0]), candidates])  # [k+1], the root's token is never read
         rows = torch.stack([target_probs] * (len(candidates) + 1))  # [k+1, V]: every node sees the same p_target
-        path, next_token = verify_tree_deterministic(tree, node_tokens, rows, generator)
+        path, next_token = verify_tree(tree, node_tokens, rows, None, generator)
         return int(node_tokens[path[0]]) if path else int(next_token)
 
     ch6.check_point_mass_verify(package_rule)
@@ -167,7 +203,7 @@ def test_tree_cost_prices_multi_row_draft_passes_and_refed_rows():
     assert production.draft_rows_per_pass(tree, refed=1.5) == [2.5, 2.0]
     assert production.draft_rows_per_pass(production.Tree.chain(3), refed=0) == [1.0, 1.0, 1.0]
     rows = lambda m: m  # noqa: E731  a draft pass costs its rows, in target steps
-    assert production.tree_iteration_cost(tree, 1.0, rows, lambda k: k) == 2.0 + 2.0 + (6 + 1 + 1)
+    assert production.tree_iteration_cost(tree, 1.0, rows, lambda k: k, refed_target=1.0) == 2.0 + 2.0 + (6 + 1 + 1)
     assert production.tree_iteration_cost(tree, 1.0, rows, lambda k: k, refed_target=0) == 2.0 + 2.0 + 7
     curve = production.cost_curve({1: 2.0, 3: 4.0}, unit=2.0)
     assert curve(1) == 1.0 and curve(2) == 1.5

@@ -221,16 +221,16 @@ def draft_rows_per_pass(tree: Tree, refed: float) -> list[float]:
 
 
 def tree_iteration_cost(tree: Tree, refed: float, draft_cost: Callable[[float], float],
-                        verify_cost: Callable[[float], float], refed_target: float | None = None) -> float:
+                        verify_cost: Callable[[float], float], refed_target: float = 0.0) -> float:
     """Time of one static-tree iteration in target steps t(1): Σ_i t_draft(m_i)/t(1) + t(|𝒯| + 1 + ρ)/t(1).
 
     draft_cost(m) = t_draft(m)/t(1) for a draft pass scoring m rows; verify_cost(k) = t(k)/t(1); m_i from
-    `draft_rows_per_pass`. The target's pass scores the |𝒯| nodes, the root and ρ re-fed tokens (ρ = refed
-    for this loop, which rolls the target's cache back too; 0 for a loop that keeps the accepted rows).
+    `draft_rows_per_pass` (the draft re-feeds the `refed` tokens accepted last time). The target's pass scores
+    the |𝒯| nodes, the root and ρ = refed_target re-fed tokens: 0 for this package's loop, which keeps the
+    accepted rows of the target's cache (`CachedModel.keep_rows`); `refed` for a loop that rolls it back.
     The loop overhead h is left out.
     """
-    rho = refed if refed_target is None else refed_target
-    return sum(draft_cost(m) for m in draft_rows_per_pass(tree, refed)) + verify_cost(tree.size + 1 + rho)
+    return sum(draft_cost(m) for m in draft_rows_per_pass(tree, refed)) + verify_cost(tree.size + 1 + refed_target)
 
 
 def cost_curve(latencies: Mapping[int, float], unit: float) -> Callable[[float], float]:

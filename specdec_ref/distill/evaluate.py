@@ -23,6 +23,7 @@ from ..cache import vocab_size
 from ..drafters import NgramDrafter
 from ..generate import autoregressive_generate, speculative_generate
 from ..lab.bench import Row, hf_generate, cost_ratio, run_interleaved
+from ..lab.hf import assistant_settings, constant_gamma
 from ..lab.speedup import predicted_speedup
 from ..models import encode_chat, load_offline_target, offline_draft
 from ..sampling import SamplingConfig
@@ -49,6 +50,15 @@ def _hf(target, ids, n, **kw) -> tuple[int, float]:  # [1, T] -> (new tokens, se
     return hf_generate(target, ids, n, SamplingConfig(temperature=0), None, **kw)
 
 
+def _hf_at_gamma(target, draft, ids, n, gamma) -> tuple[int, float]:  # [1, T] -> (new tokens, seconds)
+    """Hugging Face assisted, greedy, drafting exactly γ tokens every iteration.
+
+    transformers 5 reads the assistant's settings from the draft's generation_config, not from generate().
+    """
+    with assistant_settings(draft, **constant_gamma(gamma)):
+        return _hf(target, ids, n, assistant_model=draft)
+
+
 def side_by_side(target, draft, tokenizer, prompts: list[str], max_new_tokens: int, gamma: int, seed: int = 0,
                  hf: bool = True) -> dict[str, Row]:
     """Every method on every prompt, interleaved; returns one Row per method."""
@@ -67,9 +77,8 @@ def side_by_side(target, draft, tokenizer, prompts: list[str], max_new_tokens: i
         methods.update({
             "HF plain greedy": lambda ids: _hf(target, ids, max_new_tokens),
             "HF assisted greedy (defaults)": lambda ids: _hf(target, ids, max_new_tokens, assistant_model=draft),
-            f"HF assisted greedy (γ={gamma}, constant)": lambda ids: _hf(
-                target, ids, max_new_tokens, assistant_model=draft, num_assistant_tokens=gamma,
-                num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0),
+            f"HF assisted greedy (γ={gamma}, constant)": lambda ids: _hf_at_gamma(
+                target, draft, ids, max_new_tokens, gamma),
         })
     encoded = [encode_chat(tokenizer, p, target.device) for p in prompts]
     return run_interleaved(methods, encoded, progress=lambda m: print(" ", m, flush=True))

@@ -109,6 +109,10 @@ HELD_OUT = [
     "What does a librarian do all day?",
 ]
 
+# The held-out prompts split in two: the default method is chosen from τ recorded on TUNING
+# (scripts/record_head_quality.py), and speedups are reported on EVALUATION, which chose nothing.
+TUNING, EVALUATION = HELD_OUT[:12], HELD_OUT[12:]
+
 # A prompt-lookup-friendly task: the answer should copy most of the prompt.
 REWRITE_PARAGRAPH = (
     "The old lighthouse stood at the edge of the cliff for more than a hundred years. Every night its light "

@@ -16,11 +16,13 @@ import torch
 
 from ..models import encode_chat
 from ..cache import CachedModel
-from ..device import seconds_since, start_timer, time_fn
+from ..device import seconds_since, start_timer
+from .timing import time_fn
 from ..drafters import TreeDrafter
 from ..generate import Generation, Stats, as_drafter, autoregressive_generate, speculative_generate
 from ..tree import TreeBudget
 from ..sampling import SamplingConfig
+from .hf import ASSISTANT_SETTINGS, assistant_settings, constant_gamma
 from .speedup import predicted_speedup
 from .timing import forward_latency
 
@@ -167,7 +169,14 @@ def hf_generate(target, ids, max_new_tokens, sampling, generator, *, keep: list 
     """Hugging Face `generate` (plain, or assisted with `assistant_model=`), timed -> (new tokens, seconds).
 
     keep: a list to append the new tokens [n_new] to (chapter 6 compares them with ours token for token).
+    The assistant's draft length, schedule and confidence stop are not keywords here: transformers 5 ignores
+    them in `generate()` and reads them from the draft's config, so wrap the call in `hf.assistant_settings`.
     """
+    ignored = sorted(set(assist) & set(ASSISTANT_SETTINGS))
+    if ignored:
+        raise ValueError(f"{', '.join(ignored)}: transformers 5 silently ignores these as generate() "
+                         "keywords; put them on the draft's config: wrap the call in "
+                         "`with specdec_ref.lab.hf.assistant_settings(draft, ...):`")
     kwargs = dict(max_new_tokens=max_new_tokens, min_new_tokens=0, do_sample=not sampling.greedy,
                   pad_token_id=target.config.eos_token_id, attention_mask=torch.ones_like(ids))
     if not sampling.greedy:
@@ -213,9 +222,12 @@ def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: i
     if hf and hf_draft is not None:  # Hugging Face assisted generation needs a causal LM as its draft
         methods["HF assisted, its defaults"] = lambda ids: hf_generate(target, ids, max_new_tokens, sampling, g,
                                                                        assistant_model=hf_draft)
-        methods[f"HF assisted, γ={gamma} constant"] = lambda ids: hf_generate(
-            target, ids, max_new_tokens, sampling, g, assistant_model=hf_draft, num_assistant_tokens=gamma,
-            num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
+
+        def hf_at_gamma(ids):  # transformers 5 reads these from the draft's config, not from generate()
+            with assistant_settings(hf_draft, **constant_gamma(gamma)):
+                return hf_generate(target, ids, max_new_tokens, sampling, g, assistant_model=hf_draft)
+
+        methods[f"HF assisted, γ={gamma} constant"] = hf_at_gamma
     rows = run_interleaved(methods, encoded, progress)
     spec = rows[f"speculative, ours (γ={gamma})"]
     alpha = spec.alpha if spec.alpha is not None else float("nan")

@@ -6,14 +6,17 @@ a right one prints why it is right.
 """
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from collections.abc import Callable
 
 import torch
 
+from ...lab import hf
 from ...lab.speedup import predicted_speedup
 from ...lab.stats import SIGNIFICANCE, chi_square_gof
-from ...tree import Tree, verify_tree_greedy
+from ...models.toy import tiny_llama
+from ...tree import Tree, verify_tree
 from ..production import Costs, batch_speedup, breakeven_batch
 from .common import answered, attempted
 
@@ -56,7 +59,7 @@ def check_tree_by_hand(answer: list[int] | None) -> None:
     if not answered(answer, "the list of emitted tokens, e.g. [3, 4, 2]"):
         return
     tree, node_tokens, target_probs = example_tree()
-    path, next_token = verify_tree_greedy(tree, node_tokens, target_probs)
+    path, next_token = verify_tree(tree, node_tokens, target_probs)  # greedy: the point-mass walk on one-hot rows
     truth = node_tokens[path].tolist() + next_token.tolist()
     assert list(answer) == truth, (
         f"{list(answer)} is not what the greedy walk emits. Hint: start at the root; the target's argmax after the "
@@ -67,22 +70,97 @@ def check_tree_by_hand(answer: list[int] | None) -> None:
           f"first candidate (token {NODE_TOKENS[1]}) would have kept none and emitted 1 token.")
 
 
-# Exercise 3: Hugging Face settings that make `generate(assistant_model=...)` draft like our loop with γ = GAMMA.
+# Exercise 3: Hugging Face settings that make assisted generation draft like our loop with γ = GAMMA.
+# The checker puts them where transformers 5 reads them (the draft's generation_config, through
+# `hf.assistant_settings`), runs Hugging Face on `hf_checker_pair()` and counts the draft's forward passes
+# before each of the target's.
 GAMMA = 3
+HF_PROMPT = [1, 2, 3, 4]
+HF_NEW_TOKENS = 24  # one token per iteration on the checker's pair, so HF_NEW_TOKENS iterations
+
+
+def hf_checker_pair(vocab_size: int = 8, seed: int = 0) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """(target, draft) for exercise 3: a tiny random Llama, and a copy whose LM head is shifted by one token
+    and scaled by 0.01.
+
+    The draft's token is never the target's (every draft is rejected, so each iteration emits one token and
+    the count has no luck in it), and the draft is never sure (its top probability is about 1 / vocab_size,
+    so any confidence stop above that ends every draft after one token). Its generation_config asks for the
+    "heuristic" schedule, as a checkpoint saved before transformers 4.45 does: a setting an answer leaves
+    out keeps the draft's own.
+    """
+    target = tiny_llama(vocab_size, seed=seed, hidden=16, dtype=torch.float32)
+    draft = copy.deepcopy(target)
+    with torch.no_grad():  # [V, d]: the draft's row i is the target's row i - 1
+        draft.lm_head.weight.copy_(0.01 * target.lm_head.weight.roll(1, dims=0))
+    draft.generation_config.num_assistant_tokens_schedule = "heuristic"
+    return target, draft
+
+
+def hf_draft_lengths(target, draft, **keywords) -> list[int]:
+    """Greedy assisted generation on HF_PROMPT -> the draft length of every iteration (forward hooks).
+
+    keywords go to `generate()` as they are (the route transformers 5 ignores for the assistant's settings).
+    """
+    ids = torch.tensor([HF_PROMPT])  # [1, T]
+    return hf.draft_lengths(target, draft, lambda: target.generate(
+        ids, attention_mask=torch.ones_like(ids), max_new_tokens=HF_NEW_TOKENS, min_new_tokens=0,
+        do_sample=False, assistant_model=draft, **keywords))
+
+
+def _hf_hint(judged: list[int]) -> str:
+    """What the measured draft lengths say is wrong (iterations with room for γ): never the right values."""
+    shown = ", ".join(map(str, judged[:8])) + (", ..." if len(judged) > 8 else "")
+    if max(judged) > GAMMA:
+        return (f"your settings drafted up to {max(judged)} tokens in one iteration (lengths: {shown}), more "
+                "than γ. Hint: which setting caps the number of tokens drafted per iteration?")
+    if len(set(judged)) > 1:
+        return (f"the draft length moved between iterations (lengths: {shown}): after each rejected draft "
+                "something shortened the next one. Hint: which setting decides whether the length may "
+                "change?")
+    if judged[0] == 1:
+        return ("every draft stopped after one token. This checker's draft is never sure of its token, so "
+                "something cuts a draft short where the draft doubts it. Hint: which setting stops a draft "
+                "early, and which value of it is never undercut?")
+    return f"your settings draft {judged[0]} tokens every iteration: the same length each time, but not γ"
 
 
 def check_hf_settings(answer: dict | None) -> None:
-    """Exercise 3: the generate() keyword arguments for a constant γ = 3 with no early stop."""
-    if not answered(answer, "a dict of generate() keyword arguments"):
+    """Exercise 3: the assistant settings (a dict) for a draft of exactly γ = GAMMA tokens every iteration.
+
+    Judged by what Hugging Face does with them: the draft's forward passes are counted before every target
+    pass, with the settings on the draft's generation_config (where transformers 5 reads them).
+    """
+    if not answered(answer, "a dict of Hugging Face assistant settings"):
         return
-    want = {"num_assistant_tokens": GAMMA, "num_assistant_tokens_schedule": "constant",
-            "assistant_confidence_threshold": 0.0}
-    for key, value in want.items():
-        assert key in answer, f"missing {key!r}: without it Hugging Face uses its own default for it"
-        assert answer[key] == value, (f"{key} = {answer[key]!r} does not draft like γ = {GAMMA} every iteration; "
-                                      "read the defaults printed in the chapter")
-    print("Correct: γ = 3 every iteration, never changed by the schedule, and no confidence stop "
-          "(a threshold of 0 is never undercut).")
+    assert isinstance(answer, dict), f"the answer must be a dict of settings, got {type(answer).__name__}"
+    unknown = sorted(set(answer) - set(hf.ASSISTANT_SETTINGS))
+    assert not unknown, (f"{unknown}: not assistant settings transformers reads from the draft's config. "
+                         "Hint: the chapter prints the names of the settings and their defaults")
+    target, draft = hf_checker_pair()
+    try:
+        with hf.assistant_settings(draft, **answer):
+            lengths = hf_draft_lengths(target, draft)
+    except ValueError as e:  # the message starts with the setting's name
+        key = str(e).split(" ")[0]
+        raise AssertionError(f"Hugging Face cannot use {key} = {answer.get(key)!r}. Hint: the chapter "
+                             "prints every setting with its default, which shows what kind of value it takes"
+                             ) from None
+    assert len(lengths) == HF_NEW_TOKENS, f"expected one token per iteration here, got {lengths}; report this"
+    judged = lengths[:HF_NEW_TOKENS - GAMMA]  # the iterations with room for γ tokens before max_new_tokens
+    assert judged == [GAMMA] * len(judged), _hf_hint(judged)
+    threshold = answer.get("assistant_confidence_threshold")
+    assert not threshold, (
+        "your drafts were never cut short here, but only because this draft's confidence never fell below "
+        f"{threshold}; with a real draft that stop still ends drafts early. Hint: which threshold is never "
+        "undercut?")
+    keywords, defaults = hf_draft_lengths(target, draft, **answer), hf_draft_lengths(target, draft)
+    print(f"Correct: Hugging Face drafted {GAMMA} tokens in each of the {len(judged)} iterations with room "
+          "for them: never changed by the schedule, never cut short by the confidence stop (no probability "
+          "is below 0). Passed as generate() keywords instead, the same settings drafted "
+          f"{sum(keywords) / len(keywords):.2f} tokens per iteration here (the draft's own settings: "
+          f"{sum(defaults) / len(defaults):.2f}): transformers 5 reads them from the draft's "
+          "generation_config, which `hf.assistant_settings` sets for one call and restores after it.")
 
 
 # Exercise 4: sampled verification at one node of a dynamic tree, whose children are the draft's top-k tokens.

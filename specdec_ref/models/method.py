@@ -1,0 +1,254 @@
+"""Which method a drafter runs by default (a chain of some γ, or a dynamic tree), chosen by predicted speedup.
+
+Two inputs meet in one cost model:
+
+* the draft's **recorded quality**: τ, the tokens one target pass keeps, for every candidate method, greedy and
+  at T = 1, measured once on held-out prompts and shipped beside the weights (`quality.json`, with the head's
+  coverage@k per depth and α per draft position, written by `scripts/record_head_quality.py`);
+* this machine's **costs**, calibrated in a few seconds (`calibrate`) and cached on disk per machine, dtype,
+  model and package version: t(k)/t(1) for the target, and the loop's cost per draft pass, per extra draft row
+  and per iteration, fitted on the iterations of several methods at once.
+
+One iteration costs, in units of one step of the plain loop (chapter 6's `eq-tree-cost`, with the overhead):
+
+    cost = t(r)/t(1) + Σ_i (c₁ + c_row (m_i - 1)) + h₀ (+ δ when sampling)
+
+where r is the rows the target scores (γ + 1 for a chain, |𝒯| + 1 for a tree), m_i the rows of draft pass i
+(the first feeds the τ tokens the last iteration kept; a chain's later passes score 1 row, a tree's w rows),
+c₁ a one-row draft pass, c_row each further row in it, and h₀ the loop's own work. The predicted speedup is
+τ / cost. `lab.diagnose` predicts with the same `predicted_speedup`, from the τ it measures on the spot.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..cache import CachedModel
+from ..device import seconds_since, start_timer
+from ..generate import Step, autoregressive_generate, speculative_generate
+from ..sampling import SamplingConfig
+from ..tree import TreeBudget
+
+Method = int | TreeBudget  # a chain of γ draft tokens, or an EAGLE-2 dynamic tree
+CANDIDATES: tuple[Method, ...] = (1, 2, 3, 4, 5, 6, TreeBudget(2, 2, 4), TreeBudget(3, 3, 8), TreeBudget(4, 4, 12),
+                                  TreeBudget(5, 4, 16))
+CALIBRATION = ((1, False), (3, False), (TreeBudget(2, 2, 4), False), (TreeBudget(4, 4, 12), False),
+               (3, True), (TreeBudget(4, 4, 12), True))  # (method, sampled): the iterations the costs are fitted on
+
+
+def method_name(method: Method) -> str:
+    """"chain γ=3" or "tree 3/3/8" (depth / width / nodes): the names in quality.json and `diagnose`."""
+    return f"tree {method.depth}/{method.topk}/{method.n_nodes}" if isinstance(method, TreeBudget) \
+        else f"chain γ={method}"
+
+
+def parse_method(name: str) -> Method:
+    """The inverse of `method_name`."""
+    kind, _, rest = name.partition(" ")
+    numbers = rest.removeprefix("γ=").split("/")
+    if all(x.isdigit() for x in numbers) and (kind, len(numbers)) in (("chain", 1), ("tree", 3)):
+        return int(numbers[0]) if kind == "chain" else TreeBudget(*(int(x) for x in numbers))
+    raise ValueError(f"a method name is 'chain γ=<int>' or 'tree <depth>/<width>/<nodes>', got {name!r}")
+
+
+def target_rows(method: Method) -> int:
+    """Rows the target scores per iteration: the newest token and the drafted ones."""
+    return (method.n_nodes if isinstance(method, TreeBudget) else method) + 1
+
+
+def draft_rows(method: Method, tau: float) -> list[float]:
+    """Rows of each draft pass: the first feeds the τ tokens kept last time, then 1 row (chain) or w rows (tree)."""
+    if isinstance(method, TreeBudget):
+        return [tau] + [float(method.topk)] * (method.depth - 1)
+    return [tau] + [1.0] * (method - 1)
+
+
+@dataclass
+class Costs:
+    """This machine's costs, in units of one step of the plain decoding loop (s₁ seconds)."""
+    verify: dict[int, float]  # k -> t(k)/s₁, a target pass over k new rows after a typical context
+    c_pass: float  # c₁: one draft pass over one row, with the loop's work per pass
+    c_row: float  # each further row of a draft pass
+    h0: float  # the loop's work per iteration beyond its passes
+    h_sampled: float  # extra work per iteration when sampling (probabilities over the vocabulary, residuals)
+    step_seconds: float  # s₁
+    key: str = ""  # what the costs were measured on (`machine_key`)
+
+    def verify_cost(self, k: float) -> float:  # t(k)/s₁, linear between measured k
+        ks = sorted(self.verify)
+        return float(np.interp(k, ks, [self.verify[kk] for kk in ks]))
+
+
+def iteration_cost(method: Method, tau: float, costs: Costs, sampled: bool = False) -> float:
+    """One iteration's time in plain-loop steps (the module docstring's cost)."""
+    draft = sum(costs.c_pass + costs.c_row * (m - 1) for m in draft_rows(method, tau))
+    return costs.verify_cost(target_rows(method)) + draft + costs.h0 + (costs.h_sampled if sampled else 0.0)
+
+
+def predicted_speedup(method: Method, tau: float, costs: Costs, sampled: bool = False) -> float:
+    """τ tokens per iteration over what the iteration costs: the speedup over plain decoding."""
+    return tau / iteration_cost(method, tau, costs, sampled)
+
+
+def choose(taus: dict[str, float], costs: Costs, sampled: bool) -> tuple[Method, dict[str, float]]:
+    """The method with the highest predicted speedup, from recorded τ by name -> (method, predictions by name)."""
+    predicted = {name: predicted_speedup(parse_method(name), tau, costs, sampled) for name, tau in taus.items()}
+    return parse_method(max(predicted, key=predicted.get)), predicted
+
+
+# ---------------------------------------------------------------------------------------------
+# Calibration: a few seconds on this machine, cached
+# ---------------------------------------------------------------------------------------------
+
+def machine_key(target, drafter) -> str:
+    """What calibrated costs depend on: the processor, threads, dtype, models, torch and package versions."""
+    device = next(target.parameters()).device
+    if device.type == "cuda":
+        chip = torch.cuda.get_device_name(device)
+    else:
+        chip = platform.processor() or platform.machine()
+        if os.path.exists("/proc/cpuinfo"):
+            names = [line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")]
+            chip = names[0] if names else chip
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        ours = version("specdec_ref")
+    except PackageNotFoundError:
+        ours = "source"
+    parts = [chip, device.type, str(torch.get_num_threads()), str(target.dtype), torch.__version__, ours,
+             type(target).__name__, str(target.config.num_hidden_layers), str(target.config.hidden_size),
+             type(drafter).__name__]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+def pass_seconds(model, ks: list[int], context_len: int, repeats: int = 3) -> dict[int, float]:
+    """Median seconds of a cached target pass over k new rows after context_len tokens, k interleaved."""
+    device = next(model.parameters()).device
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, model.config.vocab_size, (context_len + max(ks),), generator=g).to(device)
+    lm = CachedModel(model)
+    lm.logits(ids[:context_len], keep=1)
+    times: dict[int, list[float]] = {k: [] for k in ks}
+    for r in range(repeats + 1):  # the first round warms up
+        for k in ks:
+            lm.rollback(context_len)
+            t0 = start_timer(device)
+            lm.logits(ids[:context_len + k], keep=k)
+            if r:
+                times[k].append(seconds_since(t0, device))
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def _iterations(target, drafter, ids, method: Method, sampled: bool, n: int) -> list[tuple[Step, float, int]]:
+    """(step, seconds since the previous iteration ended, draft passes in it) for every iteration but the first."""
+    out, last = [], [None, drafter.calls]
+    device = ids.device
+
+    def on_step(step: Step) -> None:
+        now = seconds_since(0.0, device)  # synchronises, then perf_counter
+        if last[0] is not None:
+            out.append((step, now - last[0], drafter.calls - last[1]))
+        last[0], last[1] = now, drafter.calls
+
+    how = dict(tree=method) if isinstance(method, TreeBudget) else dict(gamma=method)
+    speculative_generate(target, drafter, ids, n, **how, sampling=SamplingConfig(1.0 if sampled else 0.0),
+                         generator=torch.Generator(device=device).manual_seed(0), on_step=on_step)
+    return out
+
+
+@torch.inference_mode()
+def calibrate(target, drafter, ids: torch.Tensor, n_tokens: int = 24) -> Costs:  # ids [1, T]
+    """Measure this machine's `Costs` for target and drafter on one prompt (a few seconds)."""
+    device = ids.device
+    autoregressive_generate(target, ids, 4)  # warm up
+    times = []
+    for n in (n_tokens // 2, n_tokens):
+        t0 = time.perf_counter()
+        autoregressive_generate(target, ids, n)
+        times.append(seconds_since(t0, device))
+    step = max((times[1] - times[0]) / (n_tokens - n_tokens // 2), 1e-6)  # s₁, the prefill cancelled out
+    ks = sorted({1, 2, 3, 4, 5, 6, 8, 10, 13, 17})
+    verify = {k: t / step for k, t in pass_seconds(target, ks, ids.shape[1] + n_tokens // 2).items()}
+    rows, y = [], []
+    for method, sampled in CALIBRATION:
+        kept = 1.0
+        for s, dt, passes in _iterations(target, drafter, ids, method, sampled, n_tokens):
+            r = (s.tree.size if s.tree is not None else s.n_drafted) + 1  # rows the target scored
+            extra = (passes - 1) * (method.topk if isinstance(method, TreeBudget) else 1) if passes else 0
+            drafted_rows = (kept if passes else 0) + extra
+            rows.append([passes, max(drafted_rows - passes, 0.0), 1.0, float(sampled)])
+            y.append(dt / step - float(np.interp(r, ks, [verify[k] for k in ks])))
+            kept = s.n_accepted + 1.0
+    coef = np.linalg.lstsq(np.array(rows), np.array(y), rcond=None)[0] if rows else np.zeros(4)
+    c_pass, c_row, h0, h_s = (max(float(x), 0.0) for x in coef)
+    return Costs(verify, c_pass, c_row, h0, h_s, step, machine_key(target, drafter))
+
+
+def cache_path(key: str) -> Path:
+    from .loading import cache_dir
+    return cache_dir() / "calibration" / f"{key}.json"
+
+
+def calibrated_costs(target, drafter, ids: torch.Tensor, *, refresh: bool = False) -> Costs:
+    """`calibrate` once per machine_key; later calls read the cached costs (SPECDEC_CACHE moves the cache)."""
+    path = cache_path(machine_key(target, drafter))
+    if path.exists() and not refresh:
+        return Costs(**{**json.loads(path.read_text()), "verify": {int(k): v for k, v in
+                                                                 json.loads(path.read_text())["verify"].items()}})
+    costs = calibrate(target, drafter, ids)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(asdict(costs), indent=1))
+    return costs
+
+
+@dataclass
+class Choice:
+    """The default methods a drafter runs, and the numbers they were chosen from."""
+    greedy: Method
+    sampled: Method
+    predicted: dict[str, dict[str, float]]  # "greedy" / "T=1" -> method name -> predicted speedup
+    costs: Costs
+
+    def summary(self) -> str:
+        """Two lines for the reader: what runs by default, why, and how to choose otherwise."""
+        g, s = method_name(self.greedy), method_name(self.sampled)
+        pg, ps = self.predicted["greedy"][g], self.predicted["T=1"][s]
+        c = self.costs
+        return (f"default method: {g} greedy (predicted {pg:.2f}×), {s} when sampling (predicted {ps:.2f}×); "
+                f"from this machine's t(k)/t(1) = {c.verify_cost(2):.2f} (k=2), {c.verify_cost(5):.2f} (k=5), "
+                f"{c.verify_cost(13):.2f} (k=13), draft pass c₁ = {c.c_pass:.3f}, loop overhead h₀ = {c.h0:.3f}, "
+                "and the head's recorded τ per method\n"
+                "  override: speculative_generate(..., gamma=γ) or tree=sd.TreeBudget(depth, topk, n_nodes); "
+                "SPECDEC_CALIBRATE=0 skips the calibration")
+
+
+def choose_defaults(target, drafter, quality: dict, ids: torch.Tensor) -> Choice:
+    """Calibrate (or read the cached costs) and pick the best recorded method for greedy and for sampling."""
+    costs = calibrated_costs(target, drafter, ids)
+    greedy, pg = choose(quality["tau"]["greedy"], costs, sampled=False)
+    sampled, ps = choose(quality["tau"]["T=1"], costs, sampled=True)
+    return Choice(greedy, sampled, {"greedy": pg, "T=1": ps}, costs)
+
+
+CALIBRATION_PROMPT = "Explain in a few sentences how a bicycle stays upright."  # not a held-out prompt
+
+
+def default_methods(target, drafter, tokenizer, quality_path: Path) -> dict | None:
+    """{"greedy": method, "sampled": method} for a drafter whose quality.json ships, chosen on this machine; None
+    (the drafter keeps its own default) without a quality file or with SPECDEC_CALIBRATE=0. Prints the choice."""
+    if os.environ.get("SPECDEC_CALIBRATE", "1") == "0" or not quality_path.exists():
+        return None
+    from .loading import encode_chat
+    ids = encode_chat(tokenizer, CALIBRATION_PROMPT, next(target.parameters()).device)
+    choice = choose_defaults(target, drafter, json.loads(quality_path.read_text()), ids)
+    print(choice.summary(), flush=True)
+    return {"greedy": choice.greedy, "sampled": choice.sampled}

@@ -1,0 +1,97 @@
+"""The default method is chosen by predicted speedup: trees where verification is flat, chains where it is not."""
+import json
+
+import pytest
+import torch
+
+import specdec_ref as sd
+from specdec_ref.models import method as mm
+from specdec_ref.models.feature_draft import FeatureHead
+from specdec_ref.models.toy import tiny_pair
+
+TAUS = {"chain γ=1": 1.6, "chain γ=2": 2.0, "chain γ=3": 2.2, "tree 2/2/4": 2.3, "tree 4/4/12": 3.0}
+
+
+def costs(slope: float, c_pass: float = 0.03, h0: float = 0.05) -> mm.Costs:
+    """t(k)/t(1) = 1 + slope (k - 1): slope 0 is a flat verification, 0.2 a steep one."""
+    return mm.Costs({k: 1 + slope * (k - 1) for k in range(1, 18)}, c_pass, 0.002, h0, 0.02, 0.04)
+
+
+def test_names_round_trip_and_bad_names_are_refused():
+    for m in mm.CANDIDATES:
+        assert mm.parse_method(mm.method_name(m)) == m
+    with pytest.raises(ValueError, match="chain γ="):
+        mm.parse_method("tree of life")
+
+
+def test_iteration_cost_prices_every_draft_pass_and_the_target_rows():
+    c = costs(0.1)
+    tree = sd.TreeBudget(3, 2, 5)
+    # target 6 rows -> 1.5; draft passes: τ rows, then 2 passes of 2 rows; overhead h0
+    expect = 1.5 + (0.03 + 0.002 * (2.0 - 1)) + 2 * (0.03 + 0.002) + 0.05
+    assert mm.iteration_cost(tree, 2.0, c) == pytest.approx(expect)
+    assert mm.iteration_cost(tree, 2.0, c, sampled=True) == pytest.approx(expect + 0.02)
+    assert mm.predicted_speedup(tree, 2.0, c) == pytest.approx(2.0 / expect)
+
+
+def test_a_flat_verification_chooses_the_tree_and_a_steep_one_the_chain():
+    flat, _ = mm.choose(TAUS, costs(0.0), sampled=False)
+    steep, _ = mm.choose(TAUS, costs(0.2), sampled=False)
+    assert isinstance(flat, sd.TreeBudget) and flat.n_nodes == 12
+    assert isinstance(steep, int)
+
+
+def test_a_costly_draft_pass_chooses_fewer_draft_passes():
+    cheap, _ = mm.choose(TAUS, costs(0.0), sampled=False)
+    costly, predicted = mm.choose(TAUS, costs(0.0, c_pass=0.6), sampled=False)
+    assert len(mm.draft_rows(cheap, 2.0)) == 4 and len(mm.draft_rows(costly, 2.0)) <= 2
+    assert predicted[mm.method_name(costly)] == max(predicted.values())
+
+
+@pytest.fixture
+def pair(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    target, _ = tiny_pair(16, seed=0, hidden=32, n_layers=2, dtype=torch.float32)
+    torch.manual_seed(0)
+    return target, sd.FeatureDrafter(FeatureHead(target).eval())
+
+
+def test_calibration_measures_costs_and_is_cached_per_machine(pair, tmp_path):
+    target, drafter = pair
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    c = mm.calibrated_costs(target, drafter, ids)
+    assert c.step_seconds > 0 and 0.2 < c.verify[1] < 5 and min(c.c_pass, c.c_row, c.h0, c.h_sampled) >= 0
+    files = list((tmp_path / "calibration").glob("*.json"))
+    assert len(files) == 1 and files[0].stem == mm.machine_key(target, drafter)
+    files[0].write_text(json.dumps({**json.loads(files[0].read_text()), "h0": 123.0}))
+    assert mm.calibrated_costs(target, drafter, ids).h0 == 123.0  # read back, not measured again
+    assert mm.calibrated_costs(target, drafter, ids, refresh=True).h0 != 123.0
+
+
+def test_defaults_drive_the_one_line_call_greedy_and_sampled_separately(pair):
+    target, drafter = pair
+    drafter.defaults = {"greedy": sd.TreeBudget(2, 2, 3), "sampled": 2}
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    for sampling, is_tree in ((sd.SamplingConfig(0), True), (sd.SamplingConfig(1.0), False)):
+        steps = []
+        sd.speculative_generate(target, drafter, ids, 10, sampling=sampling, on_step=steps.append,
+                                generator=torch.Generator().manual_seed(0))
+        assert {s.tree is not None for s in steps} == {is_tree}
+
+
+def test_default_methods_reads_quality_calibrates_and_can_be_switched_off(pair, tmp_path, monkeypatch, capsys):
+    target, drafter = pair
+
+    class Tok:
+        chat_template = "a chat template"
+
+        def apply_chat_template(self, chat, **kw):
+            return {"input_ids": torch.tensor([[1, 2, 3, 4, 5]])}
+
+    quality = tmp_path / "quality.json"
+    assert mm.default_methods(target, drafter, Tok(), quality) is None  # no quality file: keep the drafter's own
+    quality.write_text(json.dumps({"tau": {"greedy": TAUS, "T=1": TAUS}}))
+    chosen = mm.default_methods(target, drafter, Tok(), quality)
+    assert set(chosen) == {"greedy", "sampled"} and "default method:" in capsys.readouterr().out
+    monkeypatch.setenv("SPECDEC_CALIBRATE", "0")
+    assert mm.default_methods(target, drafter, Tok(), quality) is None
