@@ -7,8 +7,9 @@ the package. Every head is judged on the same held-out prompts (`distill.prompts
 any training run sees:
 1. coverage@{1,2,4,8} at depths 1-4 along the target's greedy answers to HELD_OUT[:10] (`lab.coverage`);
 2. τ (tokens per target pass) of chains γ = 2, 3, 4 and dynamic trees, greedy and at T = 1, on HELD_OUT[12:16];
-3. the predicted speedup τ / (t(rows)/t(1) + depth·c + overhead), from this machine's costs measured once
-   (or, with --costs, those of an earlier run, so that heads compared in two runs share them);
+3. the predicted speedup (`models.method.predicted_speedup`, the cost model of the default choice), from this
+   machine's costs calibrated once (or, with --costs, those of an earlier run, so that heads compared in two
+   runs share them);
 4. with --speed, the measured speedups of every head's best chain and tree, interleaved in one run (give it a
    quiet machine: timing under load measures the load).
 """
@@ -26,9 +27,9 @@ import specdec_ref as sd  # noqa: E402
 from specdec_ref.distill.prompts import HELD_OUT  # noqa: E402
 from specdec_ref.lab.compare import target_answers  # noqa: E402
 from specdec_ref.lab.coverage import coverage_by_depth  # noqa: E402
-from specdec_ref.lab.diagnose import (Measurements, measure, measure_speedups, method_taus,  # noqa: E402
-                                     predicted_from_tau, rows_and_passes)
+from specdec_ref.lab.diagnose import measure_speedups, method_taus  # noqa: E402
 from specdec_ref.models import feature_draft  # noqa: E402
+from specdec_ref.models.method import Costs, calibrate, parse_method, predicted_speedup  # noqa: E402
 
 METHODS = {"chain γ=2": dict(gamma=2), "chain γ=3": dict(gamma=3), "chain γ=4": dict(gamma=4),
            "tree 3/3/8": dict(tree=sd.TreeBudget(3, 3, 8)), "tree 4/4/12": dict(tree=sd.TreeBudget(4, 4, 12))}
@@ -52,13 +53,13 @@ def main() -> None:
     cov_seqs = target_answers(target, [sd.encode_chat(tok, q) for q in HELD_OUT[:10]], 80, eos)
     encoded = [sd.encode_chat(tok, q) for q in HELD_OUT[12:16]]
     if args.costs:
-        costs = Measurements(alpha=float("nan"), **json.loads(Path(args.costs).read_text())["costs"])
+        saved = json.loads(Path(args.costs).read_text())["costs"]
+        costs = Costs(**{**saved, "verify": {int(k): v for k, v in saved["verify"].items()}})
     else:
-        costs = measure(target, sd.FeatureDrafter(next(iter(heads.values()))), encoded[:2], gamma_max=12,
-                        max_new_tokens=32, eos_token_id=eos)
-    print(f"costs: c = {costs.c:.3f}, overhead = {costs.overhead:.3f} t(1), t(k)/t(1) = "
-          + ", ".join(f"{x:.2f}" for x in costs.verify_cost))
-    result = {"costs": {"c": costs.c, "overhead": costs.overhead, "verify_cost": costs.verify_cost}, "heads": {}}
+        costs = calibrate(target, sd.FeatureDrafter(next(iter(heads.values()))), encoded[0])
+    print(f"costs: c₁ = {costs.c_pass:.3f}, per row {costs.c_row:.4f}, h₀ = {costs.h0:.3f}, t(k)/t(1) = "
+          + ", ".join(f"{k}: {x:.2f}" for k, x in costs.verify.items()))
+    result = {"costs": vars(costs), "heads": {}}
     for name, head in heads.items():
         cov = coverage_by_depth(target, head, cov_seqs, depth=4, ks=(1, 2, 4, 8))
         print(f"\n== {name}: coverage@k per depth ({cov.positions} positions)\n{cov.table()}")
@@ -66,7 +67,7 @@ def main() -> None:
         for label, sampling in (("greedy", sd.SamplingConfig(0)), ("T=1", sd.SamplingConfig(1.0))):
             taus = method_taus(target, sd.FeatureDrafter(head), encoded, METHODS, args.tokens, sampling,
                                eos_token_id=eos)
-            pred = {m: predicted_from_tau(taus[m], *rows_and_passes(how), costs) for m, how in METHODS.items()}
+            pred = {m: predicted_speedup(parse_method(m), taus[m], costs, not sampling.greedy) for m in METHODS}
             entry[label] = {"tau": taus, "predicted": pred}
             print(f"{label}: " + "; ".join(f"{m}: τ {taus[m]:.2f}, predicted {pred[m]:.2f}×" for m in METHODS))
         result["heads"][name] = entry

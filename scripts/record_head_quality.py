@@ -37,7 +37,7 @@ args = p.parse_args()
 torch.set_num_threads(args.threads)
 
 t0 = time.time()
-target, draft, tok = sd.load_offline_pair(draft="feature", choose_method=False)
+target, draft, tok = sd.load_offline_pair(draft="feature")
 encoded = [sd.encode_chat(tok, q) for q in TUNING[:args.prompts]]
 methods = {method_name(m): (dict(tree=m) if isinstance(m, sd.TreeBudget) else dict(gamma=m)) for m in CANDIDATES}
 quality = {"prompts": f"distill.prompts.TUNING[:{args.prompts}]", "max_new_tokens": args.tokens,

@@ -2,7 +2,8 @@
 
     python scripts/sync_install_cells.py [NOTEBOOK ...]     (default: the chapters listed in _toc.yml)
 
-The install cell runs `pip install "specdec_ref @ git+REPO_URL@<commit>"`: a commit, never a moving branch,
+The install cell runs `pip install "specdec_ref @ git+REPO_URL@<commit>" "transformers>=…,<…"` (the package at a
+commit, never a moving branch, and the transformers releases the tests cover),
 and one that exists as soon as the branch holding it is pushed (a tag would need a separate push). The commit
 is the last one that changed what pip builds (PACKAGE below); the notebooks live outside it, so committing the
 new pin leaves the package as it was. After changing the package: commit it, run this script, commit the
@@ -20,10 +21,10 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from specdec_ref.chapters.notebook import COLAB_METADATA, install_spec  # noqa: E402
+from specdec_ref.chapters.notebook import COLAB_METADATA, install_args  # noqa: E402
 
 PACKAGE = ("specdec_ref", "pyproject.toml", "requirements.txt")  # what `pip install git+...@commit` builds from
-INSTALL_LINE = re.compile(r'(!pip -q install )"specdec_ref @ git\+([^"@]*)(?:@([^"]*))?"')
+INSTALL_LINE = re.compile(r'(!pip -q install )"specdec_ref @ git\+([^"@]*)(?:@([^"]*))?"(?: "transformers[^"]*")?')
 
 
 def git(*args: str, repo: Path = ROOT) -> str:
@@ -73,7 +74,7 @@ def sync(path: Path, commit: str) -> bool:
     """Rewrite path's install line and Colab metadata; True if anything changed."""
     nb = nbformat.read(path, as_version=4)
     cell = install_cell(nb)
-    source = INSTALL_LINE.sub(lambda m: f'{m.group(1)}"{install_spec(commit)}"', cell.source)
+    source = INSTALL_LINE.sub(lambda m: m.group(1) + install_args(commit), cell.source)
     metadata = {**nb.metadata, **COLAB_METADATA}
     if source == cell.source and metadata == dict(nb.metadata):
         return False

@@ -15,6 +15,7 @@ import torch
 
 from .lab import bench
 from .lab.diagnose import greedy_divergence
+from .drafters import TreeDrafter
 from .generate import as_drafter, autoregressive_generate, speculative_generate
 from .models.kernels import kernel_path
 from .models import PAIRS, encode_chat, load_pair
@@ -36,7 +37,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    p.set_defaults(tree=None)  # _load sets the draft's default tree, unless --gamma asks for a chain
+    p.set_defaults(tree=None)  # _load sets the draft's default method, unless --gamma asks for a chain
 
 
 def _load(args):
@@ -50,8 +51,10 @@ def _load(args):
         if "PLACEHOLDER" in str(w.message):
             print(f"WARNING: {w.message}", file=sys.stderr)
     drafter = as_drafter(draft)
-    args.tree = None if args.gamma else drafter.default_tree  # an explicit --gamma asks for a chain
-    args.gamma = args.gamma or drafter.default_gamma
+    if not args.gamma:  # the drafter's default for this sampling (chosen by measurement for the feature head)
+        sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
+        default = drafter.default_method(sampling) if isinstance(drafter, TreeDrafter) else drafter.default_gamma
+        args.gamma, args.tree = (default, None) if isinstance(default, int) else (drafter.default_gamma, default)
     print(f"target {str(target.dtype).removeprefix('torch.')} on {next(target.parameters()).device}, "
           f"draft: {type(drafter).__name__}, {method_name(args)}", file=sys.stderr, flush=True)
     return target, draft, tokenizer
@@ -63,6 +66,7 @@ def method_name(args) -> str:
         b = args.tree
         return f"dynamic tree (EAGLE-2: depth {b.depth}, top-{b.topk}, {b.n_nodes} nodes)"
     return f"chain of γ = {args.gamma}"
+
 
 
 def generate_main(args) -> None:

