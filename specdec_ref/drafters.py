@@ -6,8 +6,9 @@ The loop uses exactly what the `Drafter` protocol below declares, and every draf
   sync(n_kept, target_hidden=None)   # the first n_kept context tokens are settled: forget the rest
   vocab_size, default_gamma, wants_target_hidden, calls, n_cached
 
-A `TreeDrafter` adds `propose_tree(context_ids, shape, sampling, generator, max_depth)` and `default_tree`: a
-static `tree.Tree` of sampled children, or an EAGLE-2 dynamic tree grown to a `tree.TreeBudget`. The drafter
+A `TreeDrafter` adds `propose_tree(context_ids, shape, sampling, generator, max_depth)` (a static `tree.Tree`
+of sampled children, or an EAGLE-2 dynamic tree grown to a `tree.TreeBudget`) and `default_method(sampling)`,
+what speculative_generate runs when given neither gamma nor tree. The drafter
 writes only its own draft pass over some nodes (`expand`); which nodes and children to keep is `tree.draft_tree`.
 
 The drafters: `ModelDrafter` (a small causal LM with its own KV cache), `NgramDrafter` (prompt lookup: copy
@@ -28,7 +29,7 @@ from typing import Protocol, runtime_checkable
 import torch
 from transformers import DynamicCache
 
-from .cache import CachedModel, vocab_size
+from .cache import cached_model, vocab_size
 from .sampling import SamplingConfig, logits_to_probs, sample
 from .tree import GrowingTree, Tree, TreeBudget, draft_tree, tree_depth, tree_node_positions, tree_rows_mask
 
@@ -59,7 +60,10 @@ class Drafter(Protocol):
 @runtime_checkable
 class TreeDrafter(Drafter, Protocol):
     """A drafter that can also draft a tree of guesses for one target pass (`generate.tree_step`)."""
-    default_tree: TreeBudget | Tree | None  # what speculative_generate drafts when gamma=None (None: a chain)
+
+    def default_method(self, sampling: SamplingConfig) -> int | Tree | TreeBudget:
+        """What speculative_generate runs with neither gamma nor tree: a chain of γ (an int) or a tree shape."""
+        ...
 
     def propose_tree(self, context_ids: torch.Tensor, shape: Tree | TreeBudget, sampling: SamplingConfig,
                      generator: torch.Generator | None = None, max_depth: int | None = None,
@@ -73,7 +77,7 @@ class TreeDrafter(Drafter, Protocol):
 
 
 DRAFTER_MEMBERS = ("propose", "sync", "vocab_size", "default_gamma", "wants_target_hidden", "calls", "n_cached")
-TREE_MEMBERS = ("propose_tree", "default_tree")
+TREE_MEMBERS = ("propose_tree", "default_method")
 
 
 def missing_members(drafter, members: tuple[str, ...] = DRAFTER_MEMBERS) -> list[str]:
@@ -112,9 +116,11 @@ class ModelDrafter:
     `assistant_confidence_threshold` rule); None drafts all γ.
     """
 
-    def __init__(self, model, *, confidence_stop: float | None = None):
-        check_confidence_stop(confidence_stop)
-        self.lm = CachedModel(model, name="draft")
+    def __init__(self, model, *, confidence_stop: float | None = None, cache: str = "dynamic",
+                 max_len: int | None = None, compile_options: dict | None = None):
+        check_confidence_stop(confidence_stop)  # cache, max_len, compile_options: see cache.cached_model
+        self.lm = cached_model(model, cache=cache, max_len=max_len, compile_options=compile_options,
+                               name="draft")
         self.vocab_size = vocab_size(model)
         self.confidence_stop = confidence_stop
         self.default_gamma, self.default_tree = 4, None  # a chain of 4 unless asked for a tree
@@ -127,6 +133,9 @@ class ModelDrafter:
     @property
     def n_cached(self) -> int:
         return self.lm.n_cached
+
+    def default_method(self, sampling: SamplingConfig) -> int | Tree | TreeBudget:
+        return self.default_tree if self.default_tree is not None else self.default_gamma
 
     def propose(self, context_ids, gamma, sampling, generator=None):  # [T] -> ([≤γ], [≤γ, V])
         if gamma == 0:
@@ -183,6 +192,9 @@ class NgramDrafter:
         self.calls, self.n_cached = 0, 0
         self.default_gamma, self.default_tree = 4, None  # a lookup has one guess per position: a chain
         self.wants_target_hidden = False
+
+    def default_method(self, sampling: SamplingConfig) -> int:
+        return self.default_gamma
 
     def lookup(self, context_ids: torch.Tensor, gamma: int) -> torch.Tensor:  # [T] -> [≤γ]
         ids = context_ids.tolist()
@@ -244,8 +256,11 @@ class ScheduledDrafter:
         return self.drafter.wants_target_hidden
 
     @property
-    def default_tree(self):
-        return None  # the schedule adapts a chain's length: with gamma=None, speculative_generate runs a chain
+    def default_tree(self) -> None:
+        return None  # the schedule adapts a chain's length
+
+    def default_method(self, sampling: SamplingConfig) -> int:
+        return self.default_gamma  # the schedule adapts a chain's length: with gamma=None, a chain
 
     @property
     def calls(self) -> int:
@@ -285,17 +300,25 @@ class FeatureDrafter:
     (EAGLE's "stable" cache). Before the target has run at all there are no features, so the first
     iteration proposes nothing: it is the target's prefill.
     """
-    def __init__(self, head, default_gamma: int = 3, *, default_tree=None, confidence_stop: float | None = None):
+    def __init__(self, head, default_gamma: int = 3, *, default_tree=None, defaults: dict | None = None,
+                 confidence_stop: float | None = None):
         check_confidence_stop(confidence_stop)
         self.head, self.default_gamma, self.confidence_stop = head, default_gamma, confidence_stop
         self.default_tree = default_tree  # a TreeBudget: what speculative_generate runs when gamma is None
+        self.defaults = defaults  # {"greedy": method, "sampled": method} chosen by measurement (models.method)
         self.vocab_size = head.vocab_size
-        self.wants_target_hidden = getattr(head, "fuse_layers", ()) or True  # the target's final features, or the layers it fuses
+        # the target's final features, or the layers the head fuses
+        self.wants_target_hidden = getattr(head, "fuse_layers", ()) or True
         self.cache, self.n_fed, self.features, self.calls = None, 0, None, 0
 
     @property
     def n_cached(self) -> int:
         return self.n_fed
+
+    def default_method(self, sampling: SamplingConfig) -> int | Tree | TreeBudget:
+        if self.defaults is not None:
+            return self.defaults["greedy" if sampling.greedy else "sampled"]
+        return self.default_tree if self.default_tree is not None else self.default_gamma
 
     def propose(self, context_ids, gamma, sampling, generator=None):  # [T] -> ([≤γ], [≤γ, V])
         if self.features is None or gamma == 0:
@@ -331,6 +354,8 @@ class FeatureDrafter:
             return root_only(context_ids)
         feature = {0: self.feed_context(context_ids)}  # node -> the head's output there ([d], a guess of h)
         fed, dtype = [], self.head.fc.weight.dtype
+        # growth only ranks children: the head's own K-token vocabulary will do; a static tree needs [k, V] rows
+        scores = self.head.reduced_logits if isinstance(shape, TreeBudget) else self.head.logits
 
         def expand(g: GrowingTree, nodes: list[int]) -> torch.Tensor:  # -> [len(nodes), V]
             h = torch.stack([feature[g.parents[v]] for v in nodes])[None]  # [1, k, d] the parents' features
@@ -341,9 +366,9 @@ class FeatureDrafter:
             feature.update(zip(nodes, f))
             fed.extend(nodes)
             self.calls += 1
-            return self.head.logits(f)  # [k, V]
+            return scores(f)  # [k, V], or ([k, K], [K])
 
-        tree, tokens, draft_probs = draft_tree(shape, int(context_ids[-1]), self.head.logits(feature[0]), expand,
+        tree, tokens, draft_probs = draft_tree(shape, int(context_ids[-1]), scores(feature[0]), expand,
                                                sampling, generator, max_depth)
         if fed:
             self.cache.crop(-len(fed))  # only pairs built from real target features stay cached
@@ -383,6 +408,9 @@ class FallbackDrafter:
             raise ValueError(f"the feature drafters read different target layers ({wanted}); use one kind")
         self.wants_target_hidden = wanted.pop() if wanted else False
         self.used: list[int] = []  # index of the drafter that proposed, per iteration, over all runs
+
+    def default_method(self, sampling: SamplingConfig) -> int | Tree | TreeBudget:
+        return self.default_tree if self.default_tree is not None else self.default_gamma
 
     @property
     def calls(self) -> int:

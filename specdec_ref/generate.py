@@ -201,15 +201,15 @@ def tree_step(target_lm: CachedModel, drafter: TreeDrafter, tokens: torch.Tensor
     return new_tokens, step
 
 
-def as_method(drafter: Drafter, gamma: int | None, tree) -> int | Tree | TreeBudget:
+def as_method(drafter: Drafter, gamma: int | None, tree, sampling: SamplingConfig) -> int | Tree | TreeBudget:
     """What each iteration drafts: a chain of γ (an int), a static Tree, or a TreeBudget; with neither gamma nor
-    tree, the drafter's `default_tree` if it has one, else a chain of its `default_gamma`."""
+    tree, the drafter's `default_method(sampling)` (a chain of its `default_gamma` for a chain-only drafter)."""
     if gamma is not None and tree is not None:
         raise ValueError("give gamma (a chain) or tree (a Tree, branching factors such as (2, 2), or a TreeBudget), "
                          "not both")
     if gamma is None and tree is None:
-        tree = drafter.default_tree if isinstance(drafter, TreeDrafter) else None
-        gamma = None if tree is not None else drafter.default_gamma
+        default = drafter.default_method(sampling) if isinstance(drafter, TreeDrafter) else drafter.default_gamma
+        gamma, tree = (default, None) if isinstance(default, int) else (None, default)
     if tree is None:
         if not isinstance(gamma, int) or isinstance(gamma, bool) or gamma < 1:
             raise ValueError(f"gamma must be an integer >= 1, got {gamma!r}")
@@ -229,9 +229,10 @@ def rows_per_pass(method: int | Tree | TreeBudget) -> int:
 
 
 def check_speculative_inputs(target, drafter: Drafter, input_ids: torch.Tensor, max_new_tokens: int,
-                             method: int | Tree | TreeBudget, sampling: SamplingConfig,
-                             generator: torch.Generator | None) -> None:  # [1, T]
-    """Everything `speculative_generate` refuses, for every method, with a message that says what to fix."""
+                             gamma: int | None, tree, sampling: SamplingConfig,
+                             generator: torch.Generator | None) -> int | Tree | TreeBudget:  # [1, T]
+    """Everything `speculative_generate` refuses, for every method, with a message that says what to fix;
+    returns the method each iteration drafts (`as_method`)."""
     check_inputs(target, input_ids, max_new_tokens, sampling, "target")
     check_generator(generator, input_ids.device)
     if isinstance(drafter, ModelDrafter):
@@ -239,11 +240,13 @@ def check_speculative_inputs(target, drafter: Drafter, input_ids: torch.Tensor, 
     if drafter.vocab_size != vocab_size(target):
         raise ValueError(f"draft and target vocabularies differ ({drafter.vocab_size} vs {vocab_size(target)}); "
                          "they must share a tokenizer (slice padded heads to the tokenizer's length)")
+    method = as_method(drafter, gamma, tree, sampling)
     if isinstance(method, Tree) and sampling.greedy:
         widest = max(len(method.children(i)) for i in range(method.size + 1))
         if widest > vocab_size(target):
             raise ValueError(f"greedy drafting proposes distinct tokens, so a node can have at most "
                              f"{vocab_size(target)} children (the vocabulary), got {widest}")
+    return method
 
 
 @torch.inference_mode()
@@ -257,17 +260,17 @@ def speculative_generate(target, draft, input_ids: torch.Tensor, max_new_tokens:
     `draft` is a Hugging Face causal LM or any `Drafter`. gamma drafts a chain of γ tokens per iteration;
     tree drafts a tree instead: a `TreeBudget` (EAGLE-2's dynamic tree, from any `TreeDrafter`), or a static
     `Tree` / branching factors such as (2, 2) (sampled children, SpecInfer's rule). With neither, the
-    drafter's own default: its `default_tree` if it has one, else a chain of `default_gamma`. `on_step` sees
+    drafter's own `default_method(sampling)` (chosen by measurement for the offline pair's head). `on_step` sees
     every iteration's `Step`. cache chooses the target's KV cache: "dynamic", "static" (preallocated) or
     "compiled" (static + CUDA graphs), see `cache.cached_model`; the loop is the same for all of them.
     """
     drafter = as_drafter(draft)
-    method = as_method(drafter, gamma, tree)
-    check_speculative_inputs(target, drafter, input_ids, max_new_tokens, method, sampling, generator)
+    method = check_speculative_inputs(target, drafter, input_ids, max_new_tokens, gamma, tree, sampling, generator)
     drafter.sync(0)  # a drafter object may be reused across calls: start from an empty cache
     t0 = start_timer(input_ids.device)
+    rows = rows_per_pass(method) + 1  # every target pass after the prefill: this many rows (compiled: padded)
     target_lm = cached_model(target, keep_hidden=drafter.wants_target_hidden, cache=cache, name="target",
-                             max_len=input_ids.shape[1] + max_new_tokens + rows_per_pass(method) + 1)
+                             max_len=input_ids.shape[1] + max_new_tokens + rows, query_sizes=(rows,))
     tokens, n_prompt, stats = input_ids[0].long(), input_ids.shape[1], Stats(tree=not isinstance(method, int))
     new, done = trim_new_tokens(tokens, n_prompt, max_new_tokens, eos_token_id)
     while not done:

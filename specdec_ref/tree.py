@@ -180,9 +180,12 @@ class GrowingTree:
         return out
 
 
-# A draft pass over some nodes of a growing tree: -> their logits [len(nodes), V]. Each drafter writes its own
-# (it knows its cache); the tree rules below only decide which nodes to expand and which children to keep.
-Expand = Callable[[GrowingTree, list[int]], torch.Tensor]
+# Draft logits [n, V], or, for growth, (logits [n, K], token ids [K]) over a draft's own reduced vocabulary: the
+# tokens left out have probability 0, and ranking K columns instead of V saves the vocabulary-wide work.
+DraftLogits = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
+# A draft pass over some nodes of a growing tree: -> their logits. Each drafter writes its own (it knows its
+# cache); the tree rules below only decide which nodes to expand and which children to keep.
+Expand = Callable[[GrowingTree, list[int]], DraftLogits]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -238,7 +241,7 @@ def tree_node_positions(g: GrowingTree, nodes: list[int], n_prefix: int, device=
 # Drafting a tree: which nodes to expand, which children to keep
 # ----------------------------------------------------------------------------------------------
 
-def draft_tree(shape: Tree | TreeBudget, root_token: int, root_logits: torch.Tensor, expand: Expand,
+def draft_tree(shape: Tree | TreeBudget, root_token: int, root_logits: DraftLogits, expand: Expand,
                sampling: SamplingConfig, generator: torch.Generator | None, max_depth: int | None = None,
                ) -> tuple[Tree, list[int], torch.Tensor | None]:  # [V] -> (Tree, tokens [n_nodes+1], [n_nodes+1, V])
     """A tree of guesses after the root, at most max_depth deep: grown (`TreeBudget`) or filled (a static `Tree`).
@@ -246,6 +249,7 @@ def draft_tree(shape: Tree | TreeBudget, root_token: int, root_logits: torch.Ten
     Returns the tree, every node's token (node 0 is root_token), and the rows the children were drawn from:
     draft_probs for sampled children, or None when the children are chosen deterministically (the draft's
     top-k: a dynamic tree, or a static one drafted greedily), which `verify_tree` judges as point masses.
+    Growth may be given reduced logits (`DraftLogits`); a static tree needs full [n, V] rows.
     """
     depth = tree_depth(shape, max_depth)
     if depth == 0:
@@ -299,7 +303,7 @@ def fill_tree(tree: Tree, root_token: int, root_logits: torch.Tensor, expand: Ex
     return tree, g.tokens, draft_probs
 
 
-def grow_tree(root_token: int, root_logits: torch.Tensor, expand: Expand,
+def grow_tree(root_token: int, root_logits: DraftLogits, expand: Expand,
               budget: TreeBudget) -> tuple[Tree, list[int]]:  # [V] -> (Tree, node tokens [n_nodes+1])
     """EAGLE-2 (Li et al. 2024): expand the most promising nodes depth by depth, then keep the best |𝒯| overall.
 
@@ -313,13 +317,15 @@ def grow_tree(root_token: int, root_logits: torch.Tensor, expand: Expand,
     g = GrowingTree([-1], [root_token], [0], [0.0])
     w = budget.topk
 
-    def add_children(nodes: list[int], logits: torch.Tensor) -> list[int]:  # [len(nodes), V] -> new node ids
+    def add_children(nodes: list[int], out: DraftLogits) -> list[int]:  # [len(nodes), V] -> new node ids
+        logits, ids = out if isinstance(out, tuple) else (out, None)
         logits = logits.detach().float()
         top = logits.topk(w, dim=-1)  # [n, w]
         logp = top.values - logits.logsumexp(-1, keepdim=True)  # [n, w] log-softmax of the top w only
         cand = torch.tensor([g.score[v] for v in nodes])[:, None] + logp.cpu()  # [n, w] path scores
         keep = sorted(cand.flatten().topk(min(w, cand.numel())).indices.tolist())  # the w best children
-        tokens, scores = top.indices.tolist(), cand.tolist()  # one copy from the device per depth
+        chosen = top.indices if ids is None else ids[top.indices]  # [n, w] token ids
+        tokens, scores = chosen.tolist(), cand.tolist()  # one copy from the device per depth
         new = []
         for i in keep:
             row, col = divmod(i, w)
@@ -330,7 +336,8 @@ def grow_tree(root_token: int, root_logits: torch.Tensor, expand: Expand,
             new.append(len(g.parents) - 1)
         return new
 
-    level = add_children([0], root_logits[None])
+    level = add_children([0], (root_logits[0][None], root_logits[1]) if isinstance(root_logits, tuple)
+                         else root_logits[None])
     for _ in range(budget.depth - 1):
         level = add_children(level, expand(g, level))
     best = sorted(range(1, len(g.parents)), key=lambda v: (-g.score[v], g.depth[v]))[:budget.n_nodes]

@@ -1,6 +1,7 @@
 """The static KV cache (gpt-fast style): rollback moves the write position, and the loop stays exact with it.
 
-Runs eagerly on the CPU; `cache="compiled"` (CUDA graphs) is refused off a GPU with a clear error.
+Runs eagerly on the CPU; `cache="compiled"` with its default CUDA graphs is refused off a GPU with a clear
+error (with an explicit compile backend it runs on the CPU: test_compiled.py).
 """
 from collections import Counter
 
@@ -34,7 +35,8 @@ def test_rollback_to_every_position_gives_the_logits_of_a_fresh_pass():
 def test_keep_rows_matches_the_dynamic_cache():
     model = tiny_llama(8, seed=1, hidden=32, n_layers=2)
     seq = torch.tensor([1, 2, 3, 4, 5, 6, 7])
-    static, dynamic = StaticCachedModel(model, max_len=12, keep_hidden=True), CachedModel(model, keep_hidden=True)
+    static = StaticCachedModel(model, max_len=12, keep_hidden=True)
+    dynamic = CachedModel(model, keep_hidden=True)
     for lm in (static, dynamic):
         lm.logits(seq)
         lm.keep_rows(3, [4, 6])  # the context's first 3 rows, then two scattered ones
@@ -63,12 +65,14 @@ VOCAB, PROMPT, N_TOKENS, N_SAMPLES = 3, [1, 2, 0], 5, 1000
 @pytest.mark.slow
 @pytest.mark.parametrize("how", [dict(gamma=4), dict(tree=sd.TreeBudget(3, 2, 5))])
 def test_static_cache_sequences_match_exact_target_distribution(how):
-    """Chi-square at SIGNIFICANCE on the vocabulary-3 toy's 3^5 sequences; the power of this test against broken
-    samplers is shown with the dynamic cache (test_exactness.py, test_tree.py): only the cache differs here."""
+    """Chi-square at SIGNIFICANCE on the vocabulary-3 toy's 3^5 sequences; the power of this test against
+    broken samplers is shown with the dynamic cache (test_exactness.py, test_tree.py): only the cache differs
+    here."""
     target, draft = tiny_pair(vocab_size=VOCAB, seed=0, noise=0.3)
     g, ids = torch.Generator().manual_seed(0), torch.tensor([PROMPT])
-    counts = Counter(tuple(sd.speculative_generate(target, draft, ids, N_TOKENS, **how, sampling=T1, generator=g,
-                                                   cache="static").tokens.tolist()) for _ in range(N_SAMPLES))
+    counts = Counter(tuple(sd.speculative_generate(target, draft, ids, N_TOKENS, **how, sampling=T1,
+                                                   generator=g, cache="static").tokens.tolist())
+                     for _ in range(N_SAMPLES))
     result = chi_square_gof(counts, exact_sequence_distribution(target, PROMPT, N_TOKENS))
     assert not result.rejects(SIGNIFICANCE), str(result)
 
@@ -80,21 +84,23 @@ def test_chi_square_rejects_a_static_cache_that_never_moves_its_write_position(m
     prepare = StaticCachedModel.prepare
 
     def prepare_without_moving(self, new, kw):
-        before = [layer.cumulative_length.clone() if layer.is_initialized else None for layer in self.cache.layers]
-        kw = prepare(self, new, kw)
+        before = [layer.cumulative_length.clone() if layer.is_initialized else None
+                  for layer in self.cache.layers]
+        new, kw = prepare(self, new, kw)
         for layer, position in zip(self.cache.layers, before):
-            if position is not None:
-                layer.cumulative_length.copy_(position)  # the bug: keep writing where the last pass stopped
-        return kw
+            if position is not None and self.n_cached > 0:  # the bug: keep writing where the last pass
+                layer.cumulative_length.copy_(position)  # stopped (a new generation still starts at 0)
+        return new, kw
 
     init = StaticCachedModel.__init__
     monkeypatch.setattr(StaticCachedModel, "prepare", prepare_without_moving)
     monkeypatch.setattr(StaticCachedModel, "__init__",  # room for the keys the bug writes past the end
                         lambda self, model, max_len, *a, **k: init(self, model, 8 * max_len, *a, **k))
-    monkeypatch.setattr("specdec_ref.cache.check_cache_length", lambda cache, expected: None)  # let the bug run
+    monkeypatch.setattr("specdec_ref.cache.check_cache_length", lambda cache, expected: None)  # let it run
     g, ids = torch.Generator().manual_seed(0), torch.tensor([PROMPT])
-    counts = Counter(tuple(sd.speculative_generate(target, draft, ids, N_TOKENS, gamma=4, sampling=T1, generator=g,
-                                                   cache="static").tokens.tolist()) for _ in range(N_SAMPLES))
+    counts = Counter(tuple(sd.speculative_generate(target, draft, ids, N_TOKENS, gamma=4, sampling=T1,
+                                                   generator=g, cache="static").tokens.tolist())
+                     for _ in range(N_SAMPLES))
     assert chi_square_gof(counts, exact_sequence_distribution(target, PROMPT, N_TOKENS)).rejects(SIGNIFICANCE)
 
 

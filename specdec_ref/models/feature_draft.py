@@ -91,6 +91,10 @@ class FeatureHead(nn.Module):
     def logits(self, features: torch.Tensor) -> torch.Tensor:  # [..., d] -> [..., V]
         return self.head(features)
 
+    def reduced_logits(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # [..., d] -> ([.., K], [K])
+        """The logits of the K tokens the head can propose, and their ids (every other token has probability 0)."""
+        return self.head.reduced_logits(features), self.head.keep_ids
+
     @property
     def vocab_size(self) -> int:
         return self.head.weight.shape[0]
