@@ -33,7 +33,8 @@ def coverage_speedup(alpha: float, gamma: int, c: float, coverage: float) -> flo
     return tokens / (1 + c * (coverage * gamma + 1 - coverage))
 
 
-def best_gamma_with_coverage(alpha: float, c: float, coverage: float, gamma_max: int = 16) -> tuple[int, float]:
+def best_gamma_with_coverage(alpha: float, c: float, coverage: float,
+                             gamma_max: int = 16) -> tuple[int, float]:
     """(γ with the highest `coverage_speedup`, that speedup); a speedup <= 1 means: do not speculate."""
     speedups = {g: coverage_speedup(alpha, g, c, coverage) for g in range(1, gamma_max + 1)}
     gamma = max(speedups, key=speedups.get)
@@ -41,8 +42,10 @@ def best_gamma_with_coverage(alpha: float, c: float, coverage: float, gamma_max:
 
 
 def with_coverage(row, gamma_max: int = 8):
-    """A `lab.compare.DraftRow` whose best γ and predicted speedup weigh its coverage (unchanged at coverage 1)."""
-    alpha = min(row.alpha_greedy, 1.0) if row.coverage > 0 else 0.0  # no proposal at all: α is undefined (nan)
+    """A `lab.compare.DraftRow` whose best γ and predicted speedup weigh its coverage
+    (unchanged at coverage 1)."""
+    # no proposal at all: α is undefined (nan)
+    alpha = min(row.alpha_greedy, 1.0) if row.coverage > 0 else 0.0
     gamma, s = best_gamma_with_coverage(alpha, row.c, row.coverage, gamma_max)
     if s <= 1:  # nothing pays off: report γ = 1, as `lab.compare.draft_row` does
         gamma, s = 1, coverage_speedup(alpha, 1, row.c, row.coverage)
@@ -95,8 +98,9 @@ def plot_training(curves: Mapping[str, Sequence[dict]], ax=None):
 
 
 def plot_coverage(cov, ax=None):
-    """Coverage@k of a feature head against draft depth (`lab.coverage.Coverage`), one line per k, and the share
-    of positions whose whole path to that depth stays in the top k (dashed): what a tree of width k keeps."""
+    """Coverage@k of a feature head against draft depth (`lab.coverage.Coverage`), one line per k,
+    and the share of positions whose whole path to that depth stays in the top k (dashed):
+    what a tree of width k keeps."""
     ax = ax or plt.subplots(figsize=(6.4, 3.6))[1]
     depths = range(1, len(cov.by_depth) + 1)
     for i, k in enumerate(cov.ks):
@@ -112,8 +116,8 @@ def plot_coverage(cov, ax=None):
 
 def task_explorer(alphas: Mapping[str, Mapping[str, float]], c: Mapping[str, float],
                   coverage: Mapping[str, Mapping[str, float]] | None = None):
-    """Pick a task: α of every draft there, and the best speedup it implies with its measured c and its coverage
-    on that task (`coverage_speedup`; coverage None: every draft always proposes)."""
+    """Pick a task: α of every draft there, and the best speedup it implies with its measured c and its
+    coverage on that task (`coverage_speedup`; coverage None: every draft always proposes)."""
     from ipywidgets import Dropdown, interact
 
     def show(task):

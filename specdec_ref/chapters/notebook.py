@@ -10,11 +10,11 @@ import torch
 
 QUICK = os.environ.get("SPECDEC_QUICK", "0") not in ("", "0", "false", "False")  # CI sets SPECDEC_QUICK=1
 
-# Where Colab installs the package from. REPO_URL must equal _config.yml's `repository.url` (the launch buttons use
-# that). Each chapter's install cell pins a commit, not a moving branch, so a chapter opened later still gets the
-# package it was written against: scripts/sync_install_cells.py writes the last commit that changed the package
-# (the commit lives outside the package, so pinning it never changes the package), and tests/test_colab.py
-# checks that the package at that commit is the package at HEAD.
+# Where Colab installs the package from. REPO_URL must equal _config.yml's `repository.url`
+# (the launch buttons use that). Each chapter's install cell pins a commit, not a moving branch, so a chapter
+# opened later still gets the package it was written against: scripts/sync_install_cells.py writes the last
+# commit that changed the package (the commit lives outside the package, so pinning it never changes the
+# package), and tests/test_colab.py checks that the package at that commit is the package at HEAD.
 REPO_URL = "https://github.com/specdec-book/specdec-book"
 
 
@@ -35,13 +35,15 @@ def install_args(commit: str) -> str:
     return f'"{install_spec(commit)}" "{TRANSFORMERS_SPEC}"'
 
 
-COLAB_METADATA = {"accelerator": "GPU", "colab": {"gpuType": "T4", "provenance": []}}  # opens on a GPU runtime
+# opens on a GPU runtime
+COLAB_METADATA = {"accelerator": "GPU", "colab": {"gpuType": "T4", "provenance": []}}
 
 GLUE_PREFIX = "application/papermill.record/"  # MyST-NB's mime prefix for values glued with display=False
 
 
 def quick(full, small, quick_mode: bool | None = None):
-    """`small` in quick mode (SPECDEC_QUICK=1, or quick_mode=True from a chapter's knobs cell), else `full`."""
+    """`small` in quick mode (SPECDEC_QUICK=1, or quick_mode=True from a chapter's knobs cell),
+    else `full`."""
     return small if (QUICK if quick_mode is None else quick_mode) else full
 
 
@@ -53,8 +55,10 @@ def glue(name: str, value, display: bool = True) -> None:
     is missing (Colab, a reader's laptop) still renders correctly when the book is built from it.
     The chapters print every headline number as well, because Colab shows `{glue:text}` roles as raw text.
     """
-    if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):  # numpy / torch scalars -> Python numbers,
-        value = value.item()  # so that `{glue:text}`name:.2f`` can format them (np.float64's repr is not a float)
+    # numpy / torch scalars -> Python numbers, so that `{glue:text}`name:.2f`` can format them (np.float64's
+    # repr is not a float)
+    if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
+        value = value.item()
     if importlib.util.find_spec("myst_nb") is not None:
         from myst_nb import glue as myst_glue
         myst_glue(name, value, display=display)
@@ -71,7 +75,8 @@ COPY_LIMIT_BYTES = 4 * 2**30  # the largest model copy a chapter makes just to c
 
 
 def copy_in_dtype(model, dtype: torch.dtype, *, max_bytes: int = COPY_LIMIT_BYTES):
-    """model itself if already in dtype, else a copy in dtype; None (and a printed reason) if the copy is too big.
+    """model itself if already in dtype, else a copy in dtype;
+    None (and a printed reason) if the copy is too big.
 
     Too big: over max_bytes, or, on a GPU, over 80% of its free memory. A 7B target on a GPU is never
     deep-copied to float32 (28 GB) just to draw a comparison curve.
@@ -83,8 +88,9 @@ def copy_in_dtype(model, dtype: torch.dtype, *, max_bytes: int = COPY_LIMIT_BYTE
     free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None
     if n_bytes > max_bytes or (free is not None and n_bytes > 0.8 * free):
         where = f", {free / 2**30:.1f} GiB free on {device}" if free is not None else ""
-        print(f"Skipped: a {str(dtype).removeprefix('torch.')} copy of this model would take {n_bytes / 2**30:.1f} GiB "
-              f"(limit {max_bytes / 2**30:.0f} GiB{where}); it stays in {str(model.dtype).removeprefix('torch.')}.")
+        print(f"Skipped: a {str(dtype).removeprefix('torch.')} copy of this model would take "
+              f"{n_bytes / 2**30:.1f} GiB (limit {max_bytes / 2**30:.0f} GiB{where}); it stays in "
+              f"{str(model.dtype).removeprefix('torch.')}.")
         return None
     return copy.deepcopy(model).to(dtype)
 

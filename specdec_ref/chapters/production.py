@@ -30,7 +30,8 @@ def simulated_power(null_probs: np.ndarray, alt_probs: np.ndarray, n: int, trial
 
     "two-sample": n draws from null_probs against n from alt_probs (what comparing two samplers can see);
     "goodness of fit": n draws from alt_probs against the exact null_probs (one sample, exact reference).
-    Both are simulated from the exact distributions, so no model runs: the power of the test we are about to run.
+    Both are simulated from the exact distributions, so no model runs:
+    the power of the test we are about to run.
     """
     rng = np.random.default_rng(seed)
     null_probs, alt_probs = null_probs / null_probs.sum(), alt_probs / alt_probs.sum()
@@ -51,11 +52,13 @@ def simulated_power(null_probs: np.ndarray, alt_probs: np.ndarray, n: int, trial
 @torch.inference_mode()
 def confidence_stop_drafts(target, draft, encoded: Sequence[torch.Tensor], max_new_tokens: int, *, cap: int,
                            threshold: float, eos_token_id: int | None = None) -> tuple[list[int], list[int]]:
-    """Our loop, greedy, with Hugging Face's default drafting rule: up to `cap` tokens, stop below `threshold`.
+    """Our loop, greedy, with Hugging Face's default drafting rule: up to `cap` tokens,
+    stop below `threshold`.
 
     Returns (draft length, the most it could have drafted) for every iteration on every prompt (one
     `[1, T]` tensor each). The most is `cap`, or fewer near max_new_tokens; iterations that could draft
-    nothing are left out. The threshold stays fixed (Hugging Face moves it only when scikit-learn is installed).
+    nothing are left out. The threshold stays fixed (Hugging Face moves it only when scikit-learn is
+    installed).
     """
     drafter = ModelDrafter(draft, confidence_stop=threshold)
     lengths, caps = [], []
@@ -68,17 +71,20 @@ def confidence_stop_drafts(target, draft, encoded: Sequence[torch.Tensor], max_n
                 lengths.append(int(step.draft_tokens.shape[0]))
                 caps.append(room)
 
-        speculative_generate(target, drafter, ids, max_new_tokens, gamma=cap, sampling=SamplingConfig(temperature=0),
-                             eos_token_id=eos_token_id, on_step=record)
+        speculative_generate(target, drafter, ids, max_new_tokens, gamma=cap,
+                             sampling=SamplingConfig(temperature=0), eos_token_id=eos_token_id,
+                             on_step=record)
     return lengths, caps
 
 
 def hf_draft_passes_per_target_pass(target, draft, encoded: Sequence[torch.Tensor], max_new_tokens: int,
                                     generator: torch.Generator, **assist) -> float:
-    """Hugging Face assisted generation, greedy: draft forward passes per target forward pass, counted by hooks.
+    """Hugging Face assisted generation, greedy: draft forward passes per target forward pass,
+    counted by hooks.
 
     Each drafted token costs the assistant one forward pass and each iteration costs the target one, so
-    this is Hugging Face's mean draft length (a little under it: an iteration near max_new_tokens drafts nothing).
+    this is Hugging Face's mean draft length (a little under it:
+    an iteration near max_new_tokens drafts nothing).
     """
     with bench.forward_seconds(target, draft) as record:
         for ids in encoded:
@@ -120,14 +126,17 @@ def batch_speedup(costs: Costs, draft_costs: Costs, alpha: float, gamma: int, B:
     to accept α per token (a batch waits for none: each sequence keeps its own accepted tokens).
     """
     t1 = interp_cost(costs, B, 1)
-    return generalized_speedup(alpha, gamma, interp_cost(draft_costs, B, 1) / t1, interp_cost(costs, B, gamma + 1) / t1)
+    return generalized_speedup(alpha, gamma, interp_cost(draft_costs, B, 1) / t1,
+                               interp_cost(costs, B, gamma + 1) / t1)
 
 
 @dataclass(frozen=True)
 class PaperModel:
     """A decoder described on paper (no weights): enough to price one pass with the roofline."""
-    matmul_params: float  # parameters multiplied for every token (head included, input embedding gather excluded)
-    read_params: float  # parameters a pass reads from memory (the same, unless an untied embedding is gathered)
+    # parameters multiplied for every token (head included, input embedding gather excluded)
+    matmul_params: float
+    # parameters a pass reads from memory (the same, unless an untied embedding is gathered)
+    read_params: float
     layers: int  # transformer blocks
     n_heads: int  # query heads
     n_kv_heads: int  # key/value heads (grouped-query attention when fewer than n_heads)
@@ -143,9 +152,11 @@ class PaperModel:
         return cls(matmul, matmul, layers, n_heads, n_kv_heads, head_dim)
 
     def flops(self, k: int, context_len: int, batch_size: int = 1) -> float:
-        """As `timing.forward_flops`: 2 per matmul parameter per token, plus 4 per head dim per attended key."""
+        """As `timing.forward_flops`: 2 per matmul parameter per token,
+        plus 4 per head dim per attended key."""
         keys = k * context_len + k * (k + 1) // 2
-        return batch_size * (2 * self.matmul_params * k + 4 * self.layers * self.n_heads * self.head_dim * keys)
+        return batch_size * (2 * self.matmul_params * k
+                             + 4 * self.layers * self.n_heads * self.head_dim * keys)
 
     def kv_bytes(self, context_len: int, batch_size: int = 1, bytes_per_param: int = 2) -> float:
         """Bytes of the KV cache: 2 (K and V) x layers x kv heads x head dim x tokens x sequences (∝ B·ℓ)."""
@@ -153,12 +164,14 @@ class PaperModel:
 
     def bytes(self, k: int, context_len: int, batch_size: int = 1, bytes_per_param: int = 2) -> float:
         """As `timing.bytes_moved`: the weights once, plus every sequence's keys and values."""
-        return self.read_params * bytes_per_param + self.kv_bytes(context_len + k, batch_size, bytes_per_param)
+        return (self.read_params * bytes_per_param
+                + self.kv_bytes(context_len + k, batch_size, bytes_per_param))
 
 
 def spec_sheet_costs(model: PaperModel, spec: timing.SpecSheet, batch_sizes: Sequence[int], ks: Sequence[int],
                      context_len: int = 512) -> dict[tuple[int, int], float]:
-    """t(B, k) by the roofline for a 16-bit model on a GPU's spec sheet: a lower bound (no kernel overheads)."""
+    """t(B, k) by the roofline for a 16-bit model on a GPU's spec sheet: a lower bound
+    (no kernel overheads)."""
     return {(B, k): timing.roofline_time(model.flops(k, context_len, B), model.bytes(k, context_len, B),
                                          spec.flops_16bit, spec.bandwidth)
             for B in batch_sizes for k in ks}
@@ -166,7 +179,8 @@ def spec_sheet_costs(model: PaperModel, spec: timing.SpecSheet, batch_sizes: Seq
 
 def fitting_batches(models: Sequence[PaperModel], spec: timing.SpecSheet, batch_sizes: Sequence[int],
                     context_len: int, gpus: int = 8, k_max: int = 8, bytes_per_param: int = 2) -> list[int]:
-    """The batch sizes whose weights and KV caches (every model's, ℓ + k_max tokens each) fit in `gpus` such GPUs.
+    """The batch sizes whose weights and KV caches (every model's, ℓ + k_max tokens each) fit
+    in `gpus` such GPUs.
 
     Tensor parallelism over several GPUs divides every pass's bytes and FLOPs alike, so the ratios that
     eq. (eq-batch-speedup) needs are those of one GPU (communication left out).
@@ -181,10 +195,12 @@ def fitting_batches(models: Sequence[PaperModel], spec: timing.SpecSheet, batch_
 
 
 def context_speedups(target: PaperModel, draft: PaperModel, spec: timing.SpecSheet, alpha: float, gamma: int,
-                     batch_sizes: Sequence[int], contexts: Sequence[int], gpus: int = 8) -> dict[int, dict[int, float]]:
+                     batch_sizes: Sequence[int], contexts: Sequence[int],
+                     gpus: int = 8) -> dict[int, dict[int, float]]:
     """{ℓ: {B: predicted speedup}} by the roofline, for the batch sizes that fit at each context length ℓ.
 
-    Every pass reads the weights once and each sequence's KV cache (∝ B·ℓ); the draft reads its own, smaller one.
+    Every pass reads the weights once and each sequence's KV cache (∝ B·ℓ); the draft reads its own,
+    smaller one.
     """
     out = {}
     for ctx in contexts:
@@ -196,7 +212,8 @@ def context_speedups(target: PaperModel, draft: PaperModel, spec: timing.SpecShe
 
 
 def breakeven_batch(costs: Costs, draft_costs: Costs, alpha: float, gamma: int) -> float | None:
-    """The smallest grid batch size at which the predicted speedup falls to 1 or below (None: it never does)."""
+    """The smallest grid batch size at which the predicted speedup falls to 1 or below
+    (None: it never does)."""
     for B in sorted({b for b, _ in costs}):
         if batch_speedup(costs, draft_costs, alpha, gamma, B) <= 1:
             return B
@@ -230,11 +247,13 @@ def tree_iteration_cost(tree: Tree, refed: float, draft_cost: Callable[[float], 
     accepted rows of the target's cache (`CachedModel.keep_rows`); `refed` for a loop that rolls it back.
     The loop overhead h is left out.
     """
-    return sum(draft_cost(m) for m in draft_rows_per_pass(tree, refed)) + verify_cost(tree.size + 1 + refed_target)
+    return (sum(draft_cost(m) for m in draft_rows_per_pass(tree, refed))
+            + verify_cost(tree.size + 1 + refed_target))
 
 
 def cost_curve(latencies: Mapping[int, float], unit: float) -> Callable[[float], float]:
-    """k -> latency(k) / unit, linear between measured k (a median per k, e.g. from `timing.latency_curve`)."""
+    """k -> latency(k) / unit, linear between measured k (a median per k, e.g. from
+    `timing.latency_curve`)."""
     ks = sorted(latencies)
     return lambda k: float(np.interp(k, ks, [latencies[kk] for kk in ks])) / unit
 
@@ -278,7 +297,8 @@ def plot_speedup_vs_batch(curves: Mapping[str, tuple[Sequence[float], Sequence[f
 
 def plot_batch_speedup_twin(cpu_costs: Costs, cpu_draft: Costs, gpu_costs: Mapping[str, tuple[Costs, Costs]],
                             alpha: float, gamma: int, B: int = 1):
-    """Two panels: this machine (measured t(B, k)) and spec-sheet GPUs (roofline), at one (α, γ), star at B."""
+    """Two panels: this machine (measured t(B, k)) and spec-sheet GPUs (roofline), at one (α, γ),
+    star at B."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
     cpu_Bs = np.arange(1, max(b for b, _ in cpu_costs) + 1)
     s = [batch_speedup(cpu_costs, cpu_draft, alpha, gamma, b) for b in cpu_Bs]
@@ -291,8 +311,9 @@ def plot_batch_speedup_twin(cpu_costs: Costs, cpu_draft: Costs, gpu_costs: Mappi
         curves[name] = (Bs, [batch_speedup(costs, draft, alpha, gamma, b) for b in Bs])
     first = next(iter(curves.values()))
     cross = next((b for b, v in zip(*first) if v <= 1), None)
-    plot_speedup_vs_batch(curves, ax=right, title=(f"Spec sheets (roofline): {next(iter(curves))} stops paying at "
-                                                   f"B ≈ {cross}" if cross else "Spec sheets (roofline)"))
+    plot_speedup_vs_batch(curves, ax=right,
+                          title=(f"Spec sheets (roofline): {next(iter(curves))} stops paying at "
+                                 f"B ≈ {cross}" if cross else "Spec sheets (roofline)"))
     fig.tight_layout()
     return fig
 
@@ -320,7 +341,8 @@ def plot_tree_vs_chain(rows: Mapping[str, Mapping[str, float]], ax=None):
     ax.bar(x - 0.2, [rows[n]["tokens_per_pass"] for n in names], 0.4, label="tokens per target pass")
     ax.bar(x + 0.2, [rows[n]["tokens_per_cost"] for n in names], 0.4, label="tokens per target-step of time")
     for i, n in enumerate(names):
-        ax.text(i + 0.2, rows[n]["tokens_per_cost"], f"{rows[n]['tokens_per_cost']:.2f}", ha="center", va="bottom")
+        ax.text(i + 0.2, rows[n]["tokens_per_cost"], f"{rows[n]['tokens_per_cost']:.2f}", ha="center",
+                va="bottom")
     ax.set_xticks(x, names, fontsize=9)
     ax.axhline(1, color="black", lw=0.8, ls="--")
     best = max(names, key=lambda n: rows[n]["tokens_per_cost"])

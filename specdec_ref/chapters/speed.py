@@ -40,7 +40,8 @@ def plot_speedup_vs_gamma(gammas: Sequence[int], textbook: Sequence[float], gene
     ax.plot(gammas, generalized, "o-", color="C0", label="generalised (measured t(k), overhead)")
     ax.plot(gammas, measured, "D", color="C3", ms=8, label="measured")
     ax.axhline(1, color="black", lw=0.8)
-    ax.set(xlabel="draft tokens per iteration, γ", ylabel="speedup over plain decoding (×)", xticks=list(gammas),
+    ax.set(xlabel="draft tokens per iteration, "
+                  "γ", ylabel="speedup over plain decoding (×)", xticks=list(gammas),
            title=title)
     ax.legend(fontsize=9)
     return ax.figure
@@ -48,7 +49,8 @@ def plot_speedup_vs_gamma(gammas: Sequence[int], textbook: Sequence[float], gene
 
 def plot_expected_speedup(alpha: float = 0.6, c: float = 0.05, slope: float = 0.0, overhead: float = 0.0,
                           gamma_max: int = 12, ax=None):
-    """Predicted speedup against γ for one (α, c, verify-cost slope), with the textbook line and the best γ."""
+    """Predicted speedup against γ for one (α, c, verify-cost slope),
+    with the textbook line and the best γ."""
     ax = ax or plt.subplots(figsize=(6.4, 3.8))[1]
     gen = speedup_by_gamma(alpha, c, linear_verify_costs(slope, gamma_max + 1), overhead, gamma_max)
     text = speedup_by_gamma(alpha, c, gamma_max=gamma_max)
@@ -76,7 +78,8 @@ def speedup_explorer(alpha: float = 0.6, c: float = 0.05, slope: float = 0.0, ov
     return interact(show, alpha=FloatSlider(value=alpha, min=0.0, max=0.99, step=0.01, description="α"),
                     c=FloatSlider(value=c, min=0.0, max=1.0, step=0.01, description="c"),
                     slope=FloatSlider(value=slope, min=0.0, max=0.5, step=0.01, description="t(k) slope"),
-                    overhead=FloatSlider(value=overhead, min=-0.2, max=0.5, step=0.01, description="overhead"))
+                    overhead=FloatSlider(value=overhead, min=-0.2, max=0.5, step=0.01,
+                                         description="overhead"))
 
 
 def plot_accepted_lengths_vs_geometric(accepted: Sequence[int], gamma: int, alpha: float, ax=None):
@@ -84,7 +87,8 @@ def plot_accepted_lengths_vs_geometric(accepted: Sequence[int], gamma: int, alph
     ax = ax or plt.subplots(figsize=(6.4, 3.8))[1]
     counts = np.bincount(np.asarray(accepted, dtype=int), minlength=gamma + 1)[: gamma + 1]
     k = np.arange(gamma + 1)
-    ax.bar(k, counts / max(counts.sum(), 1), width=0.6, color="C0", label=f"measured ({counts.sum()} iterations)")
+    ax.bar(k, counts / max(counts.sum(), 1), width=0.6, color="C0",
+           label=f"measured ({counts.sum()} iterations)")
     ax.plot(k, capped_geometric(alpha, gamma), "o--", color="C3", label=f"capped geometric, α = {alpha:.2f}")
     ax.set(xlabel="draft tokens accepted in one iteration, n", ylabel="fraction of iterations", xticks=k,
            title=f"Accepted lengths at γ = {gamma} vs the i.i.d. model")
@@ -114,7 +118,8 @@ def plot_claims_plane(claims: Mapping[str, tuple[float, float]], points: Mapping
                       gamma_max: int = 16, ax=None):
     """The (α, c) plane shaded by the best textbook speedup over γ; quoted speedup ranges as contour bands.
 
-    claims maps a label to (low, high) speedups quoted from a source; points maps a label to a measured (α, c).
+    claims maps a label to (low, high) speedups quoted from a source; points maps a label to a
+    measured (α, c).
     """
     ax = ax or plt.subplots(figsize=(6.8, 4.8))[1]
     alphas, cs = np.linspace(0.01, 0.99, 99), np.linspace(0.0, 0.5, 51)
@@ -123,7 +128,8 @@ def plot_claims_plane(claims: Mapping[str, tuple[float, float]], points: Mapping
     plt.colorbar(mesh, ax=ax, label="best speedup over γ ≤ %d (×, textbook)" % gamma_max)
     ax.contour(alphas, cs, best, levels=[1], colors="black", linewidths=1.5)
     for i, (label, (lo, hi)) in enumerate(claims.items()):
-        cs_ = ax.contour(alphas, cs, best, levels=[lo, hi], colors=[f"C{i}"], linestyles=["--", "-"], linewidths=1.6)
+        cs_ = ax.contour(alphas, cs, best, levels=[lo, hi], colors=[f"C{i}"], linestyles=["--", "-"],
+                         linewidths=1.6)
         ax.clabel(cs_, fmt=lambda v: f"{v:g}×", fontsize=8)
         ax.plot([], [], color=f"C{i}", label=f"{label}: {lo:g}–{hi:g}× (quoted)")
     for label, (a, c) in points.items():
@@ -140,7 +146,8 @@ def textbook_speedups(alpha: float, c: float, gammas: Sequence[int]) -> list[flo
 
 
 def alpha_for_speedup(goal: float, c: float, gamma_max: int = 16, step: float = 0.01) -> float | None:
-    """The smallest α (on a grid of `step`) whose best textbook speedup over γ <= gamma_max reaches goal; None if none."""
+    """The smallest α (on a grid of `step`) whose best textbook speedup over γ <= gamma_max reaches goal;
+    None if none."""
     for alpha in np.arange(0.0, 1.0, step):
         if best_gamma(float(alpha), c, gamma_max=gamma_max)[1] >= goal:
             return float(alpha)

@@ -92,7 +92,8 @@ def encode_prompt(tokenizer, text: str, chat: bool = True) -> torch.Tensor:  # s
 # The token tape and the per-position bars
 # ----------------------------------------------------------------------------------------------
 
-def draw_tape(ax, cells: Sequence[tuple[str, str]], max_chars: int = 64, fontsize: float | None = None) -> None:
+def draw_tape(ax, cells: Sequence[tuple[str, str]], max_chars: int = 64,
+              fontsize: float | None = None) -> None:
     """Draw tokens as coloured boxes left to right, wrapping rows at max_chars characters."""
     rows, row, width = [], [], 0
     for text, kind in cells:
@@ -108,7 +109,8 @@ def draw_tape(ax, cells: Sequence[tuple[str, str]], max_chars: int = 64, fontsiz
     for r, row in enumerate(rows):
         for text, kind, x, w in row:
             ax.add_patch(Rectangle((x + 0.05, -r - 0.9), w - 0.1, 0.8, facecolor=KIND_COLORS[kind],
-                                   edgecolor="#555555", linestyle="--" if kind == "discarded" else "-", lw=0.8))
+                                   edgecolor="#555555", linestyle="--" if kind == "discarded" else "-",
+                                   lw=0.8))
             ax.text(x + w / 2, -r - 0.5, text, ha="center", va="center", family="DejaVu Sans Mono",
                     fontsize=fontsize, color=KIND_TEXT[kind])
     ax.set_xlim(0, max_chars)
@@ -116,7 +118,8 @@ def draw_tape(ax, cells: Sequence[tuple[str, str]], max_chars: int = 64, fontsiz
     ax.axis("off")
 
 
-def tape_legend(ax, kinds: Sequence[str] = ("context", "accepted", "rejected", "discarded", "resampled", "bonus"),
+def tape_legend(ax, kinds: Sequence[str] = ("context", "accepted", "rejected", "discarded", "resampled",
+                                            "bonus"),
                 **kwargs) -> None:
     handles = [Patch(facecolor=KIND_COLORS[k], edgecolor="#555555", label=k) for k in kinds]
     ax.legend(handles=handles, ncol=len(kinds), frameon=False, **kwargs)
@@ -150,7 +153,8 @@ def plot_position_bars(ax, step: Step, position: int, tokenizer=None, top: int =
         ax.bar(x + 0.2, draft_row[ids].numpy(), 0.4, color="#cc79a7", label="p_draft")
     drafted = int(step.draft_tokens[position]) if position < gamma else None
     emitted = step.next_token if position == step.n_accepted else None
-    labels = [("▶" if i == drafted else "") + token_text(tokenizer, i) + ("◀" if i == emitted else "") for i in ids]
+    labels = [("▶" if i == drafted else "") + token_text(tokenizer, i) + ("◀" if i == emitted else "")
+              for i in ids]
     ax.set_xticks(x, labels, rotation=30, ha="right", family="DejaVu Sans Mono", fontsize=9)
     for tick, i in zip(ax.get_xticklabels(), ids):
         if i == drafted:
@@ -172,15 +176,17 @@ def plot_position_bars(ax, step: Step, position: int, tokenizer=None, top: int =
                      + ("; ◀emitted instead" if fate == "rejected" else ""),
                      fontsize=10)
     else:
-        ax.set_title(f"position {position} (bonus row): all drafts accepted, so ◀{token_text(tokenizer, step.next_token)}"
-                     f" is sampled from this p_target", fontsize=10)
+        ax.set_title(f"position {position} (bonus row): all drafts accepted, so "
+                     f"◀{token_text(tokenizer, step.next_token)} is sampled from this p_target", fontsize=10)
 
 
 def step_title(k: int, step: Step) -> str:
     gamma, n = step.draft_tokens.shape[0], step.n_accepted
     if n == gamma:
-        return f"Iteration {k}: all {gamma} drafts accepted, plus a bonus token: {n + 1} tokens for one target pass"
-    return f"Iteration {k}: {n} of {gamma} drafts accepted, then one resampled token: {n + 1} for one target pass"
+        return (f"Iteration {k}: all {gamma} drafts accepted, plus a bonus token: {n + 1} tokens for one "
+                "target pass")
+    return (f"Iteration {k}: {n} of {gamma} drafts accepted, then one resampled token: {n + 1} for one "
+            "target pass")
 
 
 def plot_step(trace: Trace, k: int = 0, position: int | None = None, tokenizer=None, top: int = 8,
@@ -218,7 +224,8 @@ def plot_steps(trace: Trace, iterations: Sequence[int] | None = None, tokenizer=
         ax.set_title(step_title(k, step), fontsize=10, loc="left")
     tape_legend(axes[-1, 0], loc="upper center", bbox_to_anchor=(0.5, 0.0), fontsize=9)
     n_tok = sum(trace.steps[k].n_accepted + 1 for k in iterations)
-    fig.suptitle(f"{len(iterations)} iterations, {len(iterations)} target passes, {n_tok} tokens", fontsize=12)
+    fig.suptitle(f"{len(iterations)} iterations, {len(iterations)} target passes, {n_tok} "
+                 "tokens", fontsize=12)
     fig.tight_layout()
     return fig
 
@@ -284,7 +291,8 @@ def normalise(weights: Sequence[float]) -> torch.Tensor:  # [V] -> [V]
 
 def mass_decomposition(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> dict[str, torch.Tensor]:
     """The two ways a token can be emitted at one position, and their sum (which is p_target)."""
-    beta = accepted_mass(target_probs, draft_probs).sum(-1)  # acceptance probability β = Σ min(p_target, p_draft)
+    # acceptance probability β = Σ min(p_target, p_draft)
+    beta = accepted_mass(target_probs, draft_probs).sum(-1)
     return {"accepted": accepted_mass(target_probs, draft_probs),  # P(drafted and accepted)
             "resampled": (1 - beta) * residual(target_probs, draft_probs),  # P(rejected) * residual
             "beta": beta}
@@ -332,8 +340,9 @@ def pq_explorer(target_weights: Sequence[float], draft_weights: Sequence[float],
 
     labels = list(labels) if labels is not None else [f"x{i}" for i in range(len(target_weights))]
     def sliders(weights, prefix):
-        return [widgets.FloatSlider(value=float(w), min=0.0, max=1.0, step=0.01, description=f"{prefix} {l}",
-                                    continuous_update=False) for w, l in zip(weights, labels)]
+        return [widgets.FloatSlider(value=float(w), min=0.0, max=1.0, step=0.01,
+                                    description=f"{prefix} {lab}", continuous_update=False)
+                for w, lab in zip(weights, labels)]
     ps, qs = sliders(target_weights, "p_target"), sliders(draft_weights, "p_draft")
     out, beta = widgets.Output(), widgets.HTML()
 
@@ -362,7 +371,8 @@ def pq_explorer(target_weights: Sequence[float], draft_weights: Sequence[float],
 
 def plot_counts_vs_probs(counts: Mapping, probs: Mapping, labels: Mapping | None = None, top: int = 15,
                          title: str | None = None, ax=None):
-    """Observed frequencies (with ±2 standard errors) against exact probabilities, for the likeliest outcomes."""
+    """Observed frequencies (with ±2 standard errors) against exact probabilities,
+    for the likeliest outcomes."""
     n = sum(counts.values())
     keys = sorted(probs, key=probs.get, reverse=True)[:top]
     rest_p = 1 - sum(probs[k] for k in keys)
@@ -398,9 +408,11 @@ def plot_p_values(results: Mapping[str, float], level: float, ax=None, floor: fl
     ax.set_xscale("symlog", linthresh=10)
     ax.set_xlabel("−log10(p-value)  (longer bar: stronger evidence of a wrong distribution)")
     for yi, p in zip(y, ps):
-        ax.text(-math.log10(p), yi, f" p = {p:.2g}" if p > floor else f" p < {floor:g}", va="center", fontsize=8)
+        ax.text(-math.log10(p), yi, f" p = {p:.2g}" if p > floor else f" p < {floor:g}", va="center",
+                fontsize=8)
     n_rej = int((ps < level).sum())
-    ax.set_title(title or f"{n_rej} of {len(names)} tests reject at significance level {level:g}", fontsize=11)
+    ax.set_title(title or f"{n_rej} of {len(names)} tests reject at significance level {level:g}",
+                 fontsize=11)
     ax.legend(frameon=False, fontsize=8, loc="lower right")
     fig.tight_layout()
     return fig
@@ -422,9 +434,11 @@ def step_through(target, draft, tokenizer, prompt: str = "What is the capital of
 
     w_prompt = widgets.Text(value=prompt, description="prompt", layout=widgets.Layout(width="60%"))
     w_gamma = widgets.IntSlider(value=gamma, min=1, max=8, description="γ")
-    w_temp = widgets.FloatSlider(value=sampling.temperature, min=0.0, max=2.0, step=0.05, description="temperature")
+    w_temp = widgets.FloatSlider(value=sampling.temperature, min=0.0, max=2.0, step=0.05,
+                                 description="temperature")
     w_topk = widgets.IntText(value=sampling.top_k or 0, description="top-k (0: off)")
-    w_topp = widgets.FloatSlider(value=sampling.top_p or 1.0, min=0.05, max=1.0, step=0.05, description="top-p")
+    w_topp = widgets.FloatSlider(value=sampling.top_p or 1.0, min=0.05, max=1.0, step=0.05,
+                                 description="top-p")
     w_seed = widgets.IntText(value=seed, description="seed")
     w_run = widgets.Button(description="generate", button_style="primary")
     w_prev, w_next = widgets.Button(description="◀ previous"), widgets.Button(description="next ▶")
@@ -468,7 +482,8 @@ def step_through(target, draft, tokenizer, prompt: str = "What is the capital of
     w_iter.observe(show_iteration, names="value")
     w_pos.observe(lambda ch: show_iteration(), names="value")
     ui = widgets.VBox([widgets.HBox([w_prompt, w_run]), widgets.HBox([w_gamma, w_temp, w_topp]),
-                       widgets.HBox([w_topk, w_seed]), widgets.HBox([w_prev, w_iter, w_next, w_pos]), info, out])
+                       widgets.HBox([w_topk, w_seed]), widgets.HBox([w_prev, w_iter, w_next, w_pos]),
+                       info, out])
     if trace is None:
         generate()
     else:

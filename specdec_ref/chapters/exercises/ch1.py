@@ -24,9 +24,11 @@ def check_step_time(answer_s: float | None, n_bytes: float, bandwidth: float, me
     assert not _close(answer_s / 1e3, truth, rel), \
         "you seem to have answered in milliseconds; the checker wants seconds"
     assert _close(answer_s, truth, rel), (
-        f"expected about {truth * 1e3:.1f} ms, got {answer_s * 1e3:.1f} ms. Hint: every weight byte is read once "
-        f"per step, so divide the bytes ({n_bytes / 1e9:.2f} GB) by the bandwidth ({bandwidth / 1e9:.1f} GB/s)")
-    msg = f"Correct: {n_bytes / 1e9:.2f} GB / {bandwidth / 1e9:.1f} GB/s = {truth * 1e3:.1f} ms per token at best."
+        f"expected about {truth * 1e3:.1f} ms, got {answer_s * 1e3:.1f} ms. Hint: every weight byte is read "
+        f"once per step, so divide the bytes ({n_bytes / 1e9:.2f} GB) by the bandwidth "
+        f"({bandwidth / 1e9:.1f} GB/s)")
+    msg = (f"Correct: {n_bytes / 1e9:.2f} GB / {bandwidth / 1e9:.1f} GB/s = {truth * 1e3:.1f} ms per token "
+           "at best.")
     if measured_s is not None:
         msg += (f" Measured: {measured_s * 1e3:.1f} ms, so decoding reaches {truth / measured_s:.0%} "
                 "of the bandwidth bound.")
@@ -43,7 +45,8 @@ def check_intensity(answer: float | None, k: int, bytes_per_param: float, rel: f
     assert _close(answer, truth, rel), (
         f"expected {truth:g} FLOP/byte, got {answer:g}. Hint: each token does 2 FLOPs per parameter, "
         f"each parameter is {bytes_per_param:g} bytes and is read once for all {k} tokens")
-    print(f"Correct: 2 x {k} FLOPs per parameter / {bytes_per_param:g} bytes per parameter = {truth:g} FLOP/byte.")
+    print(f"Correct: 2 x {k} FLOPs per parameter / {bytes_per_param:g} bytes per parameter = {truth:g} "
+          "FLOP/byte.")
 
 
 def check_knee(answer_k: float | None, peak_flops: float, bandwidth: float, bytes_per_param: float,
@@ -54,15 +57,16 @@ def check_knee(answer_k: float | None, peak_flops: float, bandwidth: float, byte
     ridge = timing.ridge_point(peak_flops, bandwidth)
     truth = ridge * bytes_per_param / 2
     assert _close(answer_k, truth, rel), (
-        f"expected k about {truth:.0f}, got {answer_k:g}. Hint: the ridge sits at peak / bandwidth = {ridge:.0f} "
-        f"FLOP/byte; solve 2k / {bytes_per_param:g} = {ridge:.0f} for k")
-    print(f"Correct: the ridge is at {ridge:.0f} FLOP/byte, reached at k = {ridge:.0f} x {bytes_per_param:g} / 2 "
-          f"= {truth:.0f} tokens per pass. Below that, extra tokens ride along almost free.")
+        f"expected k about {truth:.0f}, got {answer_k:g}. Hint: the ridge sits at peak / bandwidth = "
+        f"{ridge:.0f} FLOP/byte; solve 2k / {bytes_per_param:g} = {ridge:.0f} for k")
+    print(f"Correct: the ridge is at {ridge:.0f} FLOP/byte, reached at k = {ridge:.0f} x {bytes_per_param:g} "
+          f"/ 2 = {truth:.0f} tokens per pass. Below that, extra tokens ride along almost free.")
 
 
 def check_kv_cache_bytes(answer: float | None, model, context_len: int, batch_size: int = 1,
                          rel: float = 0.02) -> None:
-    """Exercise 4: bytes of the KV cache = 2 x layers x kv heads x head dim x tokens x batch x bytes per value."""
+    """Exercise 4: bytes of the KV cache = 2 x layers x kv heads x head dim x tokens x batch x bytes per
+    value."""
     if not answered(answer, "the KV cache size in bytes"):
         return
     truth = timing.kv_cache_bytes(model, context_len, batch_size)

@@ -19,7 +19,8 @@ GREEDY = SamplingConfig(temperature=0)
 
 
 def greedy_cases(n: int = 300, vocab: int = 10, seed: int = 0):
-    """(draft_tokens [γ], target_logits [γ+1, V]) with drafts that match the target's argmax for a random prefix."""
+    """(draft_tokens [γ], target_logits [γ+1, V]) with drafts that match the target's argmax for a random
+    prefix."""
     g = torch.Generator().manual_seed(seed)
     for i in range(n):
         gamma = int(torch.randint(1, 6, (), generator=g))
@@ -42,12 +43,14 @@ def check_greedy_verify(fn: Callable) -> None:
         return
     for draft, logits in greedy_cases():
         target_probs = logits_to_probs(logits, GREEDY)  # one-hot rows
-        draft_probs = torch.nn.functional.one_hot(draft, logits.shape[-1]).to(target_probs.dtype)  # a greedy draft
+        # a greedy draft
+        draft_probs = torch.nn.functional.one_hot(draft, logits.shape[-1]).to(target_probs.dtype)
         want_n, want_next = verify(draft, draft_probs, target_probs)
         got_n, got_next = fn(draft, logits)
         assert int(got_n) == want_n, (
-            f"draft {draft.tolist()} vs target argmax {logits.argmax(-1).tolist()}: {want_n} tokens should be "
-            f"accepted, you accepted {int(got_n)}. Hint: stop at the first draft token that is not the argmax.")
+            f"draft {draft.tolist()} vs target argmax {logits.argmax(-1).tolist()}: {want_n} tokens should "
+            f"be accepted, you accepted {int(got_n)}. Hint: stop at the first draft token that is not the "
+            "argmax.")
         assert int(torch.as_tensor(got_next).reshape(-1)[0]) == int(want_next), (
             f"draft {draft.tolist()} vs target argmax {logits.argmax(-1).tolist()}: the next token should be "
             f"{int(want_next)} (the argmax at position {want_n}), you returned {got_next}.")
@@ -64,7 +67,8 @@ def check_fixed_verify(fn: Callable, n_single: int = 6000, n_sequences: int = 20
     p, q = next(random_pairs(1, seed=5))
     counts = emitted_token_counts(fn, p, q, n_single, torch.Generator().manual_seed(0))
     one = chi_square_gof(counts, {i: float(v) for i, v in enumerate(p)})
-    print(f"One position, {n_single} draws, chi-square against p_target: {one}, significance level {SIGNIFICANCE}")
+    print(f"One position, {n_single} draws, chi-square against p_target: {one}, significance level "
+          f"{SIGNIFICANCE}")
     assert not one.rejects(SIGNIFICANCE), "the first emitted token is not distributed as p_target"
     with using_verify(fn):
         seq = toy_exactness_test(n_sequences, gamma=4)
@@ -88,15 +92,19 @@ def check_cache_lengths(context_len: int, gamma: int, n_accepted: int, answer) -
         print("Not attempted yet: set `answer` to a tuple of four integers.")
         return
     truth = cache_lengths(context_len, gamma, n_accepted)
-    names = ["target before rollback", "target after rollback", "draft before rollback", "draft after rollback"]
+    names = ["target before rollback", "target after rollback", "draft before rollback",
+             "draft after rollback"]
     wrong = [f"{nm}: you said {a}, it is {t}" for nm, a, t in zip(names, answer, truth) if int(a) != t]
-    assert not wrong, ("\n".join(wrong) + "\nHint: the draft never runs on its own last proposal; after the step "
-                       "neither cache holds the token that was just emitted, and rollback only ever shortens a cache.")
+    assert not wrong, ("\n".join(wrong)
+                       + "\nHint: the draft never runs on its own last proposal; after the step "
+                       "neither cache holds the token that was just emitted, and rollback only ever shortens "
+                       "a cache.")
     print(f"Correct: {dict(zip(names, truth))}")
 
 
 def perfect_draft_passes(max_new_tokens: int, gamma: int) -> int:
-    """Target passes `speculative_generate` makes when every guess is accepted (the first one includes the prefill)."""
+    """Target passes `speculative_generate` makes when every guess is accepted
+    (the first one includes the prefill)."""
     if max_new_tokens < 1 or gamma < 1:
         raise ValueError(f"max_new_tokens and gamma must be >= 1, got {max_new_tokens} and {gamma}")
     new = passes = 0
@@ -114,8 +122,8 @@ def check_perfect_draft_passes(max_new_tokens: int, gamma: int, answer) -> None:
     truth = perfect_draft_passes(max_new_tokens, gamma)
     full, rest = divmod(max_new_tokens, gamma + 1)
     assert int(answer) == truth, (
-        f"{answer} is not right. Hint: a full iteration yields γ + 1 = {gamma + 1} tokens ({full} of them give "
-        f"{full * (gamma + 1)}); what does the loop do with the {rest} token(s) left over, given that it never "
-        "drafts past max_new_tokens?")
+        f"{answer} is not right. Hint: a full iteration yields γ + 1 = {gamma + 1} tokens ({full} of them "
+        f"give {full * (gamma + 1)}); what does the loop do with the {rest} token(s) left over, given that "
+        "it never drafts past max_new_tokens?")
     print(f"Correct: {truth} target passes for {max_new_tokens} tokens with γ = {gamma}, against "
           f"{max_new_tokens} for plain decoding ({max_new_tokens / truth:.1f}x fewer).")

@@ -22,7 +22,8 @@ from ...verify import accepted_mass, residual
 from .common import N_TOKENS, answered, attempted, random_pairs, toy_exactness_test
 
 GREEDY = SamplingConfig(temperature=0)
-CAPSTONE_SAMPLING = SamplingConfig(temperature=1.0)  # the capstone's chi-square stage (stage 1, greedy, catches unprocessed logits)
+# the capstone's chi-square stage (stage 1, greedy, catches unprocessed logits)
+CAPSTONE_SAMPLING = SamplingConfig(temperature=1.0)
 
 
 @contextlib.contextmanager
@@ -50,8 +51,8 @@ def check_residual(fn: Callable, n_samples: int = 1500) -> None:
         beta = accepted_mass(p, q).sum()
         total = accepted_mass(p, q) + (1 - beta) * r  # P(emit x) = min(p_target, p_draft)(x) + (1 - β) r(x)
         assert torch.allclose(total, p, atol=1e-9), (
-            f"accepted + rejected-then-resampled mass should equal p_target.\n p_target = {p}\n got      = {total}\n"
-            "Hint: which tokens did the draft under-weight?")
+            f"accepted + rejected-then-resampled mass should equal p_target.\n p_target = {p}\n got      = "
+            f"{total}\nHint: which tokens did the draft under-weight?")
     print("Exact check passed: min(p_target, p_draft) + (1 - β)·r = p_target on 200 random pairs (float64).")
     with using_residual(fn):
         result = toy_exactness_test(n_samples)
@@ -66,12 +67,14 @@ def check_beta(target_probs, draft_probs, answer: float) -> None:
     if answer is None or answer is NotImplemented:
         print("Not attempted yet: set `beta` to your answer.")
         return
-    p, q = torch.as_tensor(target_probs, dtype=torch.float64), torch.as_tensor(draft_probs, dtype=torch.float64)
+    p = torch.as_tensor(target_probs, dtype=torch.float64)
+    q = torch.as_tensor(draft_probs, dtype=torch.float64)
     truth = float(torch.minimum(p, q).sum())
     assert abs(float(answer) - truth) < 1e-3, (
         f"β = {float(answer):.4f} is not right. Hint: for each token the draft proposes x with probability "
         "p_draft(x) and keeps it with probability min(1, p_target(x)/p_draft(x)); add up the products.")
-    print(f"Correct: β = {truth:.4f}, which is also 1 − TV(p_target, p_draft) = 1 − {0.5 * float((p - q).abs().sum()):.4f}.")
+    print(f"Correct: β = {truth:.4f}, which is also 1 − TV(p_target, p_draft) = 1 − "
+          f"{0.5 * float((p - q).abs().sum()):.4f}.")
 
 
 def check_no_residual_distribution(fn: Callable) -> None:
@@ -86,14 +89,14 @@ def check_no_residual_distribution(fn: Callable) -> None:
         got = torch.as_tensor(fn(p, q), dtype=torch.float64)
         assert torch.allclose(got, truth, atol=1e-9), (
             f"for p_target={p.numpy().round(3)}, p_draft={q.numpy().round(3)} the buggy sampler emits "
-            f"{truth.numpy().round(4)}, you said {got.numpy().round(4)}. Hint: the two paths are 'drafted and "
-            "accepted' and 'rejected, then drawn from p_target'.")
+            f"{truth.numpy().round(4)}, you said {got.numpy().round(4)}. Hint: the two paths are 'drafted "
+            "and accepted' and 'rejected, then drawn from p_target'.")
     p, q = next(random_pairs(1, seed=3))
     wrong = accepted_mass(p, q) + (1 - accepted_mass(p, q).sum()) * p
-    print("Correct. For example, with\n"
-          f"  p_target = {p.numpy().round(3)}\n  p_draft  = {q.numpy().round(3)}\n"
-          f"the buggy sampler emits {wrong.numpy().round(3)}: TV = {0.5 * float((wrong - p).abs().sum()):.3f} "
-          "from p_target. Tokens the draft over-weights are emitted too often.")
+    print(f"Correct. For example, with\n  p_target = {p.numpy().round(3)}\n  p_draft  = "
+          f"{q.numpy().round(3)}\nthe buggy sampler emits {wrong.numpy().round(3)}: TV = "
+          f"{0.5 * float((wrong - p).abs().sum()):.3f} from p_target. Tokens the draft over-weights are "
+          "emitted too often.")
 
 
 def reference_residual(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:
@@ -102,14 +105,16 @@ def reference_residual(target_probs: torch.Tensor, draft_probs: torch.Tensor) ->
 
 
 def samples_needed(tv: float, bins: int = 16, delta: float = 0.05) -> int:
-    """Draws n at which `stats.tv_upper_bound`'s width ε/2 falls to tv: ε = sqrt(2 (K ln 2 + ln(1/δ)) / n) = 2 tv."""
+    """Draws n at which `stats.tv_upper_bound`'s width ε/2 falls to tv:
+    ε = sqrt(2 (K ln 2 + ln(1/δ)) / n) = 2 tv."""
     if not 0 < tv <= 1:
         raise ValueError(f"tv must be in (0, 1], got {tv}")
     return math.ceil(2 * (bins * math.log(2) + math.log(1 / delta)) / (2 * tv) ** 2)
 
 
 def check_samples_needed(tv: float, answer, bins: int = 16, delta: float = 0.05) -> None:
-    """answer = roughly how many draws the TV bound (K = bins, confidence 1 - delta) needs to see a shift of tv.
+    """answer = roughly how many draws the TV bound (K = bins, confidence 1 - delta) needs to see a
+    shift of tv.
 
     A rough estimate is the point, so anything within a factor of 2 of the bound's own answer passes.
     """
@@ -117,12 +122,14 @@ def check_samples_needed(tv: float, answer, bins: int = 16, delta: float = 0.05)
         return
     truth, got = samples_needed(tv, bins, delta), float(answer)
     if 2.5 * truth < got < 6 * truth:
-        raise AssertionError(f"{got:.3g} is about 4x too many. Hint: the bound is the observed TV plus ε/2, not plus ε.")
+        raise AssertionError(f"{got:.3g} is about 4x too many. Hint: the bound is the observed TV plus ε/2, "
+                             "not plus ε.")
     assert truth / 2 <= got <= 2 * truth, (
         f"{got:.3g} is not within a factor of 2 of the answer. Hint: with n draws the bound adds "
         f"ε/2 = sqrt(2 (K ln 2 + ln(1/δ)) / n) / 2, with K = {bins} bins and δ = {delta}; set it equal to "
         f"the shift, {tv:.4f}, and solve for n.")
-    print(f"Correct: about {truth:,} draws (K = {bins}, δ = {delta}) before a shift of TV = {tv:.4f} must show.")
+    print(f"Correct: about {truth:,} draws (K = {bins}, δ = {delta}) before a shift of TV = {tv:.4f} must "
+          "show.")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -130,13 +137,15 @@ def check_samples_needed(tv: float, answer, bins: int = 16, delta: float = 0.05)
 # ----------------------------------------------------------------------------------------------
 
 def capstone_pair():
-    """The toy pair the capstone's greedy stage decodes with (the chi-square stage uses common.toy_exactness_test's)."""
+    """The toy pair the capstone's greedy stage decodes with (the chi-square stage uses
+    common.toy_exactness_test's)."""
     from ...models.toy import tiny_pair
     return tiny_pair(vocab_size=6, seed=0, noise=0.15, max_positions=128)
 
 
 def as_loop_step(fn: Callable) -> Callable:
-    """Wrap a reader's step as the loop's `speculative_step`, checking what it returns and what it leaves cached.
+    """Wrap a reader's step as the loop's `speculative_step`,
+    checking what it returns and what it leaves cached.
 
     fn(target_lm, drafter, tokens [T], gamma, sampling, generator) returns the new sequence [T + n + 1], or,
     like the package's own step, (new sequence, Step).
@@ -150,8 +159,9 @@ def as_loop_step(fn: Callable) -> Callable:
         T, n = tokens.shape[0], new.shape[0] - tokens.shape[0] - 1
         assert 0 <= n <= gamma, f"one step adds between 1 and γ + 1 = {gamma + 1} tokens; yours added {n + 1}"
         assert torch.equal(new[:T], tokens), "the context (the first T tokens) must come back unchanged"
-        for name, n_cached, fix in (("target", target_lm.n_cached, "target_lm.rollback(new_tokens.shape[0] - 1)"),
-                                    ("draft", drafter.n_cached, "drafter.sync(new_tokens.shape[0] - 1, target_lm.hidden)")):
+        caches = (("target", target_lm.n_cached, "target_lm.rollback(new_tokens.shape[0] - 1)"),
+                  ("draft", drafter.n_cached, "drafter.sync(new_tokens.shape[0] - 1, target_lm.hidden)"))
+        for name, n_cached, fix in caches:
             assert n_cached <= new.shape[0] - 1, (
                 f"after the step the {name}'s cache holds {n_cached} tokens, but only {new.shape[0] - 1} "
                 "of the new sequence's tokens can be in it (the newest is not cached yet). "
@@ -168,34 +178,38 @@ def as_loop_step(fn: Callable) -> Callable:
 def check_capstone_step(fn: Callable, n_sequences: int = 2000, n_greedy: int = 40) -> None:
     """Swap fn into `speculative_generate` and run the exactness checks: greedy equality, then chi-square.
 
-    1. Greedy: speculative decoding with fn must give exactly the target's greedy text (n_greedy tokens, γ = 3).
+    1. Greedy: speculative decoding with fn must give exactly the target's greedy text
+       (n_greedy tokens, γ = 3).
     2. Sampling: n_sequences five-token samples on the vocab-3 toy pair (γ = 4, temperature 1) against the
        exact distribution, chi-square at level SIGNIFICANCE.
     """
     target, draft = capstone_pair()
     with torch.inference_mode():
-        if not attempted(fn, CachedModel(target), ModelDrafter(draft), torch.tensor([1, 2, 0]), 2, GREEDY, None):
+        if not attempted(fn, CachedModel(target), ModelDrafter(draft), torch.tensor([1, 2, 0]), 2, GREEDY,
+                         None):
             return
     prompt = torch.tensor([[1, 2, 3]])
     want = autoregressive_generate(target, prompt, n_greedy, sampling=GREEDY).tokens
     with using_step(as_loop_step(fn)):
         got = speculative_generate(target, draft, prompt, n_greedy, gamma=3, sampling=GREEDY)
-    assert got.tokens.shape == want.shape, f"{got.tokens.shape[0]} tokens generated, {want.shape[0]} asked for"
+    assert got.tokens.shape == want.shape, (
+        f"{got.tokens.shape[0]} tokens generated, {want.shape[0]} asked for")
     first = int((got.tokens != want).nonzero()[0]) if not torch.equal(got.tokens, want) else None
     assert first is None, (
-        f"greedy speculative decoding with your step differs from the target's greedy text at new token {first}: "
-        f"{got.tokens[:first + 1].tolist()} vs {want[:first + 1].tolist()}. Hint: are the target's γ + 1 rows the "
-        "ones that predict each draft token and the bonus token? Do they go through logits_to_probs with `sampling`? "
-        "Are both caches rolled back?")
+        "greedy speculative decoding with your step differs from the target's greedy text at new token "
+        f"{first}: {got.tokens[:first + 1].tolist()} vs {want[:first + 1].tolist()}. Hint: are the target's "
+        "γ + 1 rows the ones that predict each draft token and the bonus token? Do they go through "
+        "logits_to_probs with `sampling`? Are both caches rolled back?")
     print(f"Stage 1 passed: greedy speculative decoding with your step equals the target's greedy text "
           f"({n_greedy} tokens, γ = 3, {sum(got.stats.accepted)} guesses accepted).")
     with using_step(as_loop_step(fn)):
         result = toy_exactness_test(n_sequences, gamma=4, sampling=CAPSTONE_SAMPLING)
-    print(f"Stage 2: {result.n} five-token samples on the toy pair (γ = 4, T = {CAPSTONE_SAMPLING.temperature}), "
-          f"chi-square against the exact distribution: {result}, significance level {SIGNIFICANCE}")
+    print(f"Stage 2: {result.n} five-token samples on the toy pair (γ = 4, T = "
+          f"{CAPSTONE_SAMPLING.temperature}), chi-square against the exact distribution: {result}, "
+          f"significance level {SIGNIFICANCE}")
     assert not result.rejects(SIGNIFICANCE), (
-        "the sequences your step generates are not distributed as the target's. Hint: is every distribution, the "
-        "draft's and the target's, processed by logits_to_probs with the same sampling config? Is the replacement "
-        "drawn from the residual?")
-    print("Passed: your step is exact, as far as both tests can tell; the same tests reject the broken steps of "
-          "specdec_ref.lab.broken.")
+        "the sequences your step generates are not distributed as the target's. Hint: is every distribution, "
+        "the draft's and the target's, processed by logits_to_probs with the same sampling config? Is the "
+        "replacement drawn from the residual?")
+    print("Passed: your step is exact, as far as both tests can tell; the same tests reject the broken steps "
+          "of specdec_ref.lab.broken.")

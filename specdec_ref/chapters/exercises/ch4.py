@@ -21,8 +21,8 @@ def check_expected_tokens(fn: Callable) -> None:
     for alpha, gamma in CASES:
         want, got = expected_tokens_per_iteration(alpha, gamma), float(fn(alpha, gamma))
         assert abs(got - want) <= 1e-6 * want, (
-            f"α = {alpha}, γ = {gamma}: expected {want:.4f} tokens, got {got:.4f}. Hint: the iteration yields "
-            f"n + 1 tokens and P(n >= k) = α^k for k <= γ, so E = Σ_(k=0..γ) α^k; "
+            f"α = {alpha}, γ = {gamma}: expected {want:.4f} tokens, got {got:.4f}. Hint: the iteration "
+            "yields n + 1 tokens and P(n >= k) = α^k for k <= γ, so E = Σ_(k=0..γ) α^k; "
             + ("at α = 1 every draft token is accepted." if alpha == 1 else "is your sum one term short?"))
     print("Correct: E[tokens] = 1 + α + ... + α^γ = (1 - α^(γ+1)) / (1 - α), and γ + 1 at α = 1, "
           f"on all {len(CASES)} cases.")
@@ -41,7 +41,7 @@ def check_best_gamma(answer: int | None, alpha: float, c: float, gamma_max: int 
         assert int(answer) == gamma, (
             f"γ = {answer} gives {got:.3f}×, but γ = {gamma} gives {s:.3f}×. Hint: tabulate "
             f"(1 - α^(γ+1)) / ((1 - α)(γc + 1)) for γ = 1, 2, ... and stop when it starts to fall")
-    print(f"Correct: γ = {gamma} gives {s:.3f}×" if s > 1 else f"Correct: with α <= c, do not speculate.")
+    print(f"Correct: γ = {gamma} gives {s:.3f}×" if s > 1 else "Correct: with α <= c, do not speculate.")
 
 
 def check_prediction(answer: float | None, alpha: float, gamma: int, c: float, verify_cost: float,
@@ -53,7 +53,8 @@ def check_prediction(answer: float | None, alpha: float, gamma: int, c: float, v
     textbook = generalized_speedup(alpha, gamma, c, 1.0)
     assert not (abs(answer - textbook) <= rel * textbook and abs(truth - textbook) > rel * truth), (
         f"{answer:.3f} is the textbook prediction: it assumes the verify pass costs one target step and the "
-        f"loop costs nothing; use t(γ+1)/t(1) = {verify_cost:.2f} and overhead = {overhead:.3f} in the denominator")
+        f"loop costs nothing; use t(γ+1)/t(1) = {verify_cost:.2f} and overhead = {overhead:.3f} in the "
+        "denominator")
     assert abs(answer - truth) <= rel * truth, (
         f"expected {truth:.3f}×, got {answer:.3f}×. Hint: E[tokens] / (γc + t(γ+1)/t(1) + overhead/t(1))")
     msg = f"Correct: {truth:.3f}× (the textbook formula says {textbook:.3f}×)."

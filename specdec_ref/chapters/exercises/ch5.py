@@ -34,9 +34,9 @@ def check_winner(answer: tuple[str, int] | None, drafts: dict[str, tuple[float, 
     assert name in drafts, f"{name!r} is not one of {sorted(drafts)}"
     mine = best[name][1]
     assert name == winner, (
-        f"{name} reaches at most {mine:.2f}× (γ = {best[name][0]}), but {winner} reaches {best[winner][1]:.2f}×. "
-        "Hint: for each draft, tabulate (1 - α^(γ+1)) / ((1 - α)(γc + 1)) over γ and keep its peak; "
-        "a higher α does not win if every draft step costs a lot")
+        f"{name} reaches at most {mine:.2f}× (γ = {best[name][0]}), but {winner} reaches "
+        f"{best[winner][1]:.2f}×. Hint: for each draft, tabulate (1 - α^(γ+1)) / ((1 - α)(γc + 1)) over γ "
+        "and keep its peak; a higher α does not win if every draft step costs a lot")
     got = predicted_speedup(drafts[name][0], int(gamma), drafts[name][1]) if int(gamma) >= 1 else 1.0
     assert int(gamma) == best[name][0], (
         f"{name} at γ = {gamma} gives {got:.3f}×, but γ = {best[name][0]} gives {best[name][1]:.3f}×")
@@ -46,10 +46,12 @@ def check_winner(answer: tuple[str, int] | None, drafts: dict[str, tuple[float, 
 
 def check_lookup_prediction(answer: float | None, alpha: float, coverage: float, c: float, gamma: int,
                             measured: float | None = None, rel: float = 0.01) -> None:
-    """Exercise 3: predict prompt lookup's speedup from its α, its coverage κ and its c; then compare with the clock.
+    """Exercise 3: predict prompt lookup's speedup from its α, its coverage κ and its c;
+    then compare with the clock.
 
-    Accepted within `rel` (relative) of the coverage-weighted formula; the plain textbook formula, which assumes a
-    proposal on every iteration, is rejected with a hint whenever the two differ by more than that.
+    Accepted within `rel` (relative) of the coverage-weighted formula; the plain textbook formula,
+    which assumes a proposal on every iteration, is rejected with a hint whenever the two differ
+    by more than that.
     """
     from ..choosing import coverage_speedup
     if not answered(answer, "your predicted speedup (a ratio, e.g. 1.3)"):
@@ -59,8 +61,8 @@ def check_lookup_prediction(answer: float | None, alpha: float, coverage: float,
     truth = coverage_speedup(alpha, gamma, c, coverage)
     textbook = predicted_speedup(alpha, gamma, c)
     assert not (abs(answer - textbook) <= rel * textbook and abs(truth - textbook) > rel * truth), (
-        f"{answer:.3f} is the textbook prediction: it assumes lookup proposes on every iteration, but it had a "
-        f"proposal on only a share κ = {coverage:.2f}; an iteration without one yields a single token")
+        f"{answer:.3f} is the textbook prediction: it assumes lookup proposes on every iteration, but it had "
+        f"a proposal on only a share κ = {coverage:.2f}; an iteration without one yields a single token")
     assert abs(answer - truth) <= rel * truth, (
         f"expected {truth:.3f}×, got {answer:.3f}×. Hint: (κ E[n+1] + 1 - κ) / (1 + c (κγ + 1 - κ)) with "
         "E[n+1] = (1 - α^(γ+1)) / (1 - α)")
@@ -71,7 +73,8 @@ def check_lookup_prediction(answer: float | None, alpha: float, coverage: float,
 
 
 def _greedy_equal(make_drafter: Callable[[int], Drafter]) -> int:
-    """Greedy speculative output with the reader's drafter equals greedy target output; returns tokens drafted."""
+    """Greedy speculative output with the reader's drafter equals greedy target output;
+    returns tokens drafted."""
     from ...generate import autoregressive_generate, speculative_generate
     from ...models.toy import tiny_pair
     greedy, drafted = SamplingConfig(temperature=0), 0
@@ -81,14 +84,16 @@ def _greedy_equal(make_drafter: Callable[[int], Drafter]) -> int:
         plain = autoregressive_generate(target, ids, 30, sampling=greedy).tokens.tolist()
         out = speculative_generate(target, make_drafter(8), ids, 30, gamma=3, sampling=greedy)
         assert out.tokens.tolist() == plain, (
-            f"greedy output differs from the target's own (seed {seed}): {out.tokens.tolist()} vs {plain}. Hint: "
-            "propose tokens that follow the context; draft_probs must be [n, V] rows, one per proposed token")
+            f"greedy output differs from the target's own (seed {seed}): {out.tokens.tolist()} vs {plain}. "
+            "Hint: propose tokens that follow the context; draft_probs must be [n, V] rows, one per proposed "
+            "token")
         drafted += sum(out.stats.drafted)
     return drafted
 
 
 def check_drafter(make_drafter: Callable[[int], Drafter], n: int = 1500, seed: int = 0) -> None:
-    """Exercise 2: make_drafter(vocab_size) -> a drafter that speculative_generate accepts, and that stays exact.
+    """Exercise 2: make_drafter(vocab_size) -> a drafter that speculative_generate accepts,
+    and that stays exact.
 
     Checks: the Drafter protocol; greedy equality with the target on three toys; it proposes something;
     and a chi-square test at T=1 on the vocabulary-3 toy (5 tokens, 3^5 sequences) at level SIGNIFICANCE.
@@ -96,24 +101,27 @@ def check_drafter(make_drafter: Callable[[int], Drafter], n: int = 1500, seed: i
     if not attempted(make_drafter, 8):
         return
     drafter = make_drafter(8)
-    missing = [m for m in ("vocab_size", "default_gamma", "wants_target_hidden", "calls", "n_cached", "propose", "sync")
+    missing = [m for m in ("vocab_size", "default_gamma", "wants_target_hidden", "calls", "n_cached",
+                           "propose", "sync")
                if not hasattr(drafter, m)]
     assert not missing and isinstance(drafter, Drafter), (
         f"a drafter implements the sd.Drafter protocol; yours lacks {', '.join(missing)}")
     drafted = _greedy_equal(make_drafter)
-    assert drafted > 0, "your drafter never proposed a token on the toys (the contexts repeat: a bigram table finds them)"
+    assert drafted > 0, ("your drafter never proposed a token on the toys (the contexts repeat: a bigram "
+                         "table finds them)")
     from ...models.toy import exact_sequence_distribution, tiny_pair
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # toy matrices: one thread is fastest
     try:
         target, _ = tiny_pair(vocab_size=3, seed=0, noise=0.3)
         exact = exact_sequence_distribution(target, PROMPT, N_TOKENS, SamplingConfig(1.0))
-        counts = speculative_sequence_counts(target, make_drafter(3), PROMPT, N_TOKENS, 3, SamplingConfig(1.0), n,
-                                             torch.Generator().manual_seed(seed))
+        counts = speculative_sequence_counts(target, make_drafter(3), PROMPT, N_TOKENS, 3,
+                                             SamplingConfig(1.0), n, torch.Generator().manual_seed(seed))
     finally:
         torch.set_num_threads(threads)
     result = chi_square_gof(counts, exact)
     assert not result.rejects(SIGNIFICANCE), (
-        f"at T = 1 your drafter's sequences do not follow the target's distribution ({result}). Hint: draft_probs "
-        "must be the distribution you really sampled each token from (one-hot if the choice is deterministic)")
+        f"at T = 1 your drafter's sequences do not follow the target's distribution ({result}). Hint: "
+        "draft_probs must be the distribution you really sampled each token from (one-hot if the choice is "
+        "deterministic)")
     print(f"Correct: exact greedy on 3 toys ({drafted} tokens drafted) and at T = 1 ({result}).")

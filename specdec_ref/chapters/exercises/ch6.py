@@ -20,8 +20,9 @@ from ...tree import Tree, verify_tree
 from ..production import Costs, batch_speedup, breakeven_batch
 from .common import answered, attempted
 
-# Exercise 1: a made-up accelerator whose target pass costs max(10 ms, 0.1 ms x B·k) (memory-bound until B·k = 100
-# tokens, then compute-bound) and whose draft step costs max(2 ms, 0.012 ms x B).
+# Exercise 1: a made-up accelerator whose target pass costs max(10 ms, 0.1 ms x B·k)
+# (memory-bound until B·k = 100 tokens, then compute-bound) and whose draft step costs
+# max(2 ms, 0.012 ms x B).
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 TARGET_COSTS = {(B, k): max(10e-3, 0.1e-3 * B * k) for B in BATCH_SIZES for k in range(1, 9)}
 DRAFT_COSTS = {(B, k): max(2e-3, 0.012e-3 * B * k) for B in BATCH_SIZES for k in range(1, 9)}
@@ -32,17 +33,20 @@ def check_breakeven_batch(answer: int | None, alpha: float = 0.7, gamma: int = 3
     if not answered(answer, "a batch size from BATCH_SIZES"):
         return
     truth = breakeven_batch(TARGET_COSTS, DRAFT_COSTS, alpha, gamma)
-    table = ", ".join(f"B={B}: {batch_speedup(TARGET_COSTS, DRAFT_COSTS, alpha, gamma, B):.2f}×" for B in BATCH_SIZES)
+    table = ", ".join(f"B={B}: {batch_speedup(TARGET_COSTS, DRAFT_COSTS, alpha, gamma, B):.2f}×"
+                      for B in BATCH_SIZES)
     assert answer == truth, (
-        f"the smallest B with speedup <= 1 is not {answer}. Hint: for each B, c(B) = t_draft(B, 1) / t(B, 1) and the "
-        f"verify cost is t(B, γ+1) / t(B, 1); speedup = (1 - α^(γ+1)) / (1 - α) / (γ c(B) + t(B, γ+1) / t(B, 1)). "
-        f"Where does B·(γ+1) pass 100 tokens?")
+        f"the smallest B with speedup <= 1 is not {answer}. Hint: for each B, c(B) = t_draft(B, 1) / t(B, 1) "
+        "and the verify cost is t(B, γ+1) / t(B, 1); speedup = (1 - α^(γ+1)) / (1 - α) / (γ c(B) + t(B, γ+1) "
+        "/ t(B, 1)). Where does B·(γ+1) pass 100 tokens?")
     print(f"Correct: B = {truth}. Predicted speedups: {table}. Once B·(γ+1) tokens make the verify pass "
-          "compute-bound, the γ extra tokens per sequence cost real time and the batch already keeps the hardware busy.")
+          "compute-bound, the γ extra tokens per sequence cost real time and the batch already keeps the "
+          "hardware busy.")
 
 
-# Exercise 2: a two-branch tree, Tree.from_branching((2, 1)): the root (node 0) has children 1 and 2; node 1 has
-# child 3, node 2 has child 4. Greedy drafting put these tokens on the nodes (node 0 is the last context token):
+# Exercise 2: a two-branch tree, Tree.from_branching((2, 1)): the root (node 0) has children 1 and 2;
+# node 1 has child 3, node 2 has child 4. Greedy drafting put these tokens on the nodes
+# (node 0 is the last context token):
 NODE_TOKENS = [7, 3, 5, 4, 1]
 TARGET_ARGMAX = [5, 2, 1, 0, 6]  # the target's argmax after each node's root-to-node path (one row per node)
 
@@ -55,19 +59,22 @@ def example_tree() -> tuple[Tree, torch.Tensor, torch.Tensor]:
 
 
 def check_tree_by_hand(answer: list[int] | None) -> None:
-    """Exercise 2: the tokens one greedy tree iteration emits (accepted draft tokens, then the target's own)."""
+    """Exercise 2: the tokens one greedy tree iteration emits (accepted draft tokens,
+    then the target's own)."""
     if not answered(answer, "the list of emitted tokens, e.g. [3, 4, 2]"):
         return
     tree, node_tokens, target_probs = example_tree()
-    path, next_token = verify_tree(tree, node_tokens, target_probs)  # greedy: the point-mass walk on one-hot rows
+    # greedy: the point-mass walk on one-hot rows
+    path, next_token = verify_tree(tree, node_tokens, target_probs)
     truth = node_tokens[path].tolist() + next_token.tolist()
     assert list(answer) == truth, (
-        f"{list(answer)} is not what the greedy walk emits. Hint: start at the root; the target's argmax after the "
-        f"root is {TARGET_ARGMAX[0]}: which child carries that token? Move there and repeat; when no child matches "
-        "(or you reach a leaf), emit the target's argmax at that node and stop")
-    print(f"Correct: the walk accepts nodes {path} (tokens {node_tokens[path].tolist()}) and emits the target's "
-          f"{int(next_token)} after them: {len(truth)} tokens from one target pass. A chain that drafted only the "
-          f"first candidate (token {NODE_TOKENS[1]}) would have kept none and emitted 1 token.")
+        f"{list(answer)} is not what the greedy walk emits. Hint: start at the root; the target's argmax "
+        f"after the root is {TARGET_ARGMAX[0]}: which child carries that token? Move there and repeat; when "
+        "no child matches (or you reach a leaf), emit the target's argmax at that node and stop")
+    print(f"Correct: the walk accepts nodes {path} (tokens {node_tokens[path].tolist()}) and emits the "
+          f"target's {int(next_token)} after them: {len(truth)} tokens from one target pass. A chain that "
+          f"drafted only the first candidate (token {NODE_TOKENS[1]}) would have kept none and emitted 1 "
+          "token.")
 
 
 # Exercise 3: Hugging Face settings that make assisted generation draft like our loop with γ = GAMMA.
@@ -164,9 +171,12 @@ def check_hf_settings(answer: dict | None) -> None:
 
 
 # Exercise 4: sampled verification at one node of a dynamic tree, whose children are the draft's top-k tokens.
-NODE_PROBS = torch.tensor([0.30, 0.05, 0.35, 0.10, 0.15, 0.05], dtype=torch.float64)  # p_target at the node, [V = 6]
-NODE_CANDIDATES = torch.tensor([2, 0, 4])  # the children's tokens, the draft's top-3 (distinct), tried in this order
-NODE_CASES = (  # (p_target, candidates): the example, one child, children holding no mass, children holding it all
+# p_target at the node, [V = 6]
+NODE_PROBS = torch.tensor([0.30, 0.05, 0.35, 0.10, 0.15, 0.05], dtype=torch.float64)
+# the children's tokens, the draft's top-3 (distinct), tried in this order
+NODE_CANDIDATES = torch.tensor([2, 0, 4])
+# (p_target, candidates): the example, one child, children holding no mass, children holding it all
+NODE_CASES = (
     (NODE_PROBS, NODE_CANDIDATES),
     (NODE_PROBS, torch.tensor([3])),
     (torch.tensor([0.0, 0.4, 0.0, 0.3, 0.0, 0.3], dtype=torch.float64), torch.tensor([0, 2, 4])),
@@ -178,7 +188,8 @@ NODE_SEED = 0  # seeds the torch.Generator of every case
 
 def emitted_counts(fn: Callable, target_probs: torch.Tensor, candidates: torch.Tensor, n: int = NODE_SAMPLES,
                    seed: int = NODE_SEED) -> Counter:
-    """How often fn(target_probs, candidates, generator) emits each token in n calls, from one seeded generator."""
+    """How often fn(target_probs, candidates, generator) emits each token in n calls,
+    from one seeded generator."""
     generator = torch.Generator().manual_seed(seed)
     counts = Counter()
     for _ in range(n):
@@ -188,7 +199,8 @@ def emitted_counts(fn: Callable, target_probs: torch.Tensor, candidates: torch.T
 
 
 def point_mass_verify_without_removal(target_probs, candidates, generator):  # [V], [k] -> int
-    """A known-wrong variant: a rejected candidate is never removed, so it can come back in the final sample."""
+    """A known-wrong variant: a rejected candidate is never removed,
+    so it can come back in the final sample."""
     for x in candidates:
         if torch.rand((), generator=generator, dtype=target_probs.dtype) < target_probs[x]:
             return int(x)
@@ -206,22 +218,25 @@ def check_point_mass_verify(fn: Callable, n: int = NODE_SAMPLES, seed: int = NOD
         return
     for probs, cands in NODE_CASES:
         token = fn(probs.clone(), cands, torch.Generator().manual_seed(seed))
-        assert int(token) in range(probs.shape[0]), f"fn must return a token id in [0, {probs.shape[0]}), got {token!r}"
+        assert int(token) in range(probs.shape[0]), (
+            f"fn must return a token id in [0, {probs.shape[0]}), got {token!r}")
         counts = emitted_counts(fn, probs, cands, n, seed)
         exact = {i: float(p) for i, p in enumerate(probs.tolist()) if p > 0}
         result = chi_square_gof(counts, exact)
         emitted = {k: round(v / n, 3) for k, v in sorted(counts.items())}
         assert not result.rejects(level), (
-            f"with p_target = {probs.tolist()} and candidates {cands.tolist()}, the emitted tokens are not distributed "
-            f"as p_target: {result}, level {level}. Emitted frequencies: {emitted}. Hint: after a rejection, set the "
-            "rejected token's probability to 0 and divide by what is left before trying the next candidate, and "
-            "sample the final token from what is left")
-        print(f"candidates {cands.tolist()}: {result} -> no evidence of a difference from p_target at level {level}")
-    wrong = chi_square_gof(emitted_counts(point_mass_verify_without_removal, NODE_PROBS, NODE_CANDIDATES, n, seed),
-                           {i: float(p) for i, p in enumerate(NODE_PROBS.tolist())})
+            f"with p_target = {probs.tolist()} and candidates {cands.tolist()}, the emitted tokens are not "
+            f"distributed as p_target: {result}, level {level}. Emitted frequencies: {emitted}. Hint: after "
+            "a rejection, set the rejected token's probability to 0 and divide by what is left before trying "
+            "the next candidate, and sample the final token from what is left")
+        print(f"candidates {cands.tolist()}: {result} -> no evidence of a difference from p_target at level "
+              f"{level}")
+    wrong = chi_square_gof(
+        emitted_counts(point_mass_verify_without_removal, NODE_PROBS, NODE_CANDIDATES, n, seed),
+        {i: float(p) for i, p in enumerate(NODE_PROBS.tolist())})
     assert wrong.rejects(level), f"the test lost its power against the wrong variant ({wrong}); report this"
-    print(f"The same test, same n and seed, rejects a variant that never removes rejected candidates ({wrong}). "
-          "Correct: your rule emits exactly p_target, whatever the candidates.")
+    print("The same test, same n and seed, rejects a variant that never removes rejected candidates "
+          f"({wrong}). Correct: your rule emits exactly p_target, whatever the candidates.")
 
 
 # Exercise 5: the batch speedup S(B) from measured costs t(B, k) and draft costs t_draft(B, 1).
@@ -244,11 +259,12 @@ def check_batch_speedup(fn: Callable, costs: Costs | None = None, draft_costs: C
         for gamma in gammas:
             got = float(fn(costs, draft_costs, alpha, gamma, B))
             want = batch_speedup(costs, draft_costs, alpha, gamma, B)
-            textbook = predicted_speedup(alpha, gamma, draft_costs[(B, 1)] / costs[(B, 1)])  # t(B, γ+1) = t(B, 1)
+            # t(B, γ+1) = t(B, 1)
+            textbook = predicted_speedup(alpha, gamma, draft_costs[(B, 1)] / costs[(B, 1)])
             hint = ("Hint: you used the textbook formula, which assumes t(B, γ+1) = t(B, 1); divide by "
                     "γ·c(B) + t(B, γ+1)/t(B, 1) instead" if abs(got - textbook) <= rel * abs(got)
-                    else "Hint: c(B) = t_draft(B, 1)/t(B, 1) and the verify cost t(B, γ+1)/t(B, 1) are both taken at "
-                         "the same B; the numerator is (1 - α^(γ+1))/(1 - α)")
+                    else "Hint: c(B) = t_draft(B, 1)/t(B, 1) and the verify cost t(B, γ+1)/t(B, 1) are both "
+                         "taken at the same B; the numerator is (1 - α^(γ+1))/(1 - α)")
             assert abs(got - want) <= rel * abs(want), (
                 f"S(B = {B}) at γ = {gamma}: got {got:.4f}, expected {want:.4f}. {hint}")
     table = ", ".join(f"B={B}: {batch_speedup(costs, draft_costs, alpha, gammas[-1], B):.2f}×" for B in Bs)

@@ -29,7 +29,8 @@ def attempted(fn: Callable, *args) -> bool:
     try:
         fn(*args)
     except NotImplementedError:
-        print(f"{NOT_ATTEMPTED}: replace the `raise NotImplementedError` with your code and run this cell again.")
+        print(f"{NOT_ATTEMPTED}: replace the `raise NotImplementedError` with your code and run this cell "
+              "again.")
         return False
     return True
 
@@ -54,7 +55,8 @@ def toy_exactness_test(n: int = 2000, gamma: int = 4, sampling: SamplingConfig =
     Five tokens leave room for γ = 4 draft tokens in one iteration, so every draft position is tested.
     """
     if gamma + 1 > N_TOKENS:
-        raise ValueError(f"gamma must be at most {N_TOKENS - 1} so that all γ draft positions are used, got {gamma}")
+        raise ValueError(f"gamma must be at most {N_TOKENS - 1} so that all γ draft positions are used, got "
+                         f"{gamma}")
     from ...models.toy import exact_sequence_distribution, tiny_pair
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the toy's matrices are too small to split: one thread is fastest

@@ -13,11 +13,11 @@ from collections.abc import Mapping
 def fit_verdict(p_value: float, n: int, significance: float) -> str:
     """Chapter 3: does a chi-square test of the emitted tokens against the target's distribution reject?"""
     if p_value >= significance:
-        return (f"The emitted tokens fit the target's distribution: chi-square p-value {p_value:.3f} on {n} draws, "
-                f"above the rejection threshold of {significance:g}.")
-    return (f"The test rejects: p-value {p_value:.2g} on {n} draws, below the threshold of {significance:g}. A correct "
-            f"sampler does this about once in {1 / significance:.0f} runs; rerun with another SEED, and if it rejects "
-            "again, the sampler is wrong.")
+        return (f"The emitted tokens fit the target's distribution: chi-square p-value {p_value:.3f} on {n} "
+                f"draws, above the rejection threshold of {significance:g}.")
+    return (f"The test rejects: p-value {p_value:.2g} on {n} draws, below the threshold of {significance:g}. "
+            f"A correct sampler does this about once in {1 / significance:.0f} runs; rerun with another "
+            "SEED, and if it rejects again, the sampler is wrong.")
 
 
 def configs_verdict(p_values: Mapping[str, float], n: int, significance: float) -> str:
@@ -25,10 +25,10 @@ def configs_verdict(p_values: Mapping[str, float], n: int, significance: float) 
     rejected = [name for name, p in p_values.items() if p < significance]
     smallest = min(p_values.values())
     if not rejected:
-        return (f"None of the {len(p_values)} configurations is rejected: the smallest p-value is {smallest:.3f}, "
-                f"with {n} samples each.")
-    return (f"{len(rejected)} of the {len(p_values)} configurations are rejected ({', '.join(rejected)}; smallest "
-            f"p-value {smallest:.2g}, {n} samples each).")
+        return (f"None of the {len(p_values)} configurations is rejected: the smallest p-value is "
+                f"{smallest:.3f}, with {n} samples each.")
+    return (f"{len(rejected)} of the {len(p_values)} configurations are rejected ({', '.join(rejected)}; "
+            f"smallest p-value {smallest:.2g}, {n} samples each).")
 
 
 def two_sample_verdict(p_value: float, n: int, significance: float) -> str:
@@ -46,18 +46,20 @@ def shift_verdict(p_value: float, n: int, significance: float) -> str:
     return f"too small a shift for {n} draws to show (p = {p_value:.2g})"
 
 
-def late_bug_verdict(p_long: float, p_short: float, significance: float, gamma_long: int, gamma_short: int) -> str:
-    """Chapter 3: is a bug that acts only from the third draft token on caught at a long γ, missed at a short one?"""
+def late_bug_verdict(p_long: float, p_short: float, significance: float, gamma_long: int,
+                     gamma_short: int) -> str:
+    """Chapter 3: is a bug that acts only from the third draft token on caught at a long γ,
+    missed at a short one?"""
     if p_long >= significance:
-        return (f"At this sample size the late bug is not rejected even at γ = {gamma_long} (p = {p_long:.3f}): more "
-                "samples are needed to see it.")
+        return (f"At this sample size the late bug is not rejected even at γ = {gamma_long} (p = "
+                f"{p_long:.3f}): more samples are needed to see it.")
     if p_short >= significance:
-        return (f"The late bug is rejected at γ = {gamma_long} (p = {p_long:.2g}) and passes at γ = {gamma_short} "
-                f"(p = {p_short:.3f}), where it never runs: a test with too few draft tokens per iteration passes a "
-                "sampler that is wrong.")
-    return (f"The late bug is rejected at γ = {gamma_long} (p = {p_long:.2g}) and, by chance, at γ = {gamma_short} "
-            f"too (p = {p_short:.2g}), where it never runs: a correct sampler is rejected about once in "
-            f"{1 / significance:.0f} runs.")
+        return (f"The late bug is rejected at γ = {gamma_long} (p = {p_long:.2g}) and passes at γ = "
+                f"{gamma_short} (p = {p_short:.3f}), where it never runs: a test with too few draft tokens "
+                "per iteration passes a sampler that is wrong.")
+    return (f"The late bug is rejected at γ = {gamma_long} (p = {p_long:.2g}) and, by chance, at γ = "
+            f"{gamma_short} too (p = {p_short:.2g}), where it never runs: a correct sampler is rejected "
+            f"about once in {1 / significance:.0f} runs.")
 
 
 def correct_sampler_summary(p_values: Mapping[str, float], significance: float) -> str:
@@ -65,8 +67,9 @@ def correct_sampler_summary(p_values: Mapping[str, float], significance: float) 
     failed = [name for name, p in p_values.items() if p < significance]
     if not failed:
         return f"all {len(p_values)} tests of our sampler pass at significance level {significance:g}"
-    return (f"{len(p_values) - len(failed)} of {len(p_values)} tests of our sampler pass at significance level "
-            f"{significance:g} (rejected: {', '.join(failed)}; rerun with another seed before suspecting the sampler)")
+    return (f"{len(p_values) - len(failed)} of {len(p_values)} tests of our sampler pass at significance "
+            f"level {significance:g} (rejected: {', '.join(failed)}; rerun with another seed before "
+            "suspecting the sampler)")
 
 
 def broken_sampler_summary(p_values: Mapping[str, float], significance: float) -> str:
@@ -74,28 +77,30 @@ def broken_sampler_summary(p_values: Mapping[str, float], significance: float) -
     missed = [name for name, p in p_values.items() if p >= significance]
     if not missed:
         return f"the same tests reject all {len(p_values)} broken samplers"
-    return (f"the same tests reject {len(p_values) - len(missed)} of {len(p_values)} broken samplers (not rejected "
-            f"at this sample size: {', '.join(missed)})")
+    return (f"the same tests reject {len(p_values) - len(missed)} of {len(p_values)} broken samplers (not "
+            f"rejected at this sample size: {', '.join(missed)})")
 
 
 def near_tie_verdict(dtype: str, n_below: int, flips: int) -> str:
     """Chapter 3: are any top-2 logit gaps smaller than the rounding difference between pass shapes?"""
     if n_below == 0 and flips == 0:
-        return (f"In {dtype}, every top-2 gap here is larger than the rounding difference, so no position was close "
-                "enough to flip.")
-    return (f"In {dtype}, {n_below} position(s) have a top-2 gap below the rounding difference and the argmax "
-            f"flipped {flips} time(s): at such positions greedy speculative and greedy plain decoding can part.")
+        return (f"In {dtype}, every top-2 gap here is larger than the rounding difference, so no position "
+                "was close enough to flip.")
+    return (f"In {dtype}, {n_below} position(s) have a top-2 gap below the rounding difference and the "
+            f"argmax flipped {flips} time(s): at such positions greedy speculative and greedy plain decoding "
+            "can part.")
 
 
 def greedy_divergence_verdict(dtype: str, n_tokens: int, k_div: int | None, plain: str = "", spec: str = "",
                               gap: float = 0.0, rounding: float = 0.0) -> str:
-    """Chapter 3: where do plain and speculative greedy texts part in a low-precision dtype, and is it a near-tie?"""
+    """Chapter 3: where do plain and speculative greedy texts part in a low-precision dtype,
+    and is it a near-tie?"""
     if k_div is None:
         return f"In {dtype}, the two greedy texts are identical here ({n_tokens} tokens)."
     tie = (f"less than the largest rounding difference measured above ({rounding:.3g}): a near-tie"
-           if gap < rounding else f"more than the largest rounding difference measured above ({rounding:.3g}), so "
-           "this position rounds differently from the sequence we measured")
-    return (f"In {dtype}, the two texts agree on {k_div} token(s), then plain decoding writes `{plain!r}` where "
-            f"speculative decoding writes `{spec!r}`. Scored in one pass over the common prefix, the two candidates' "
-            f"logits are {gap:.3g} apart, {tie}. Both texts are legitimate greedy outputs of the same model; they "
-            "differ only in how the arithmetic was grouped.")
+           if gap < rounding else "more than the largest rounding difference measured above "
+           f"({rounding:.3g}), so this position rounds differently from the sequence we measured")
+    return (f"In {dtype}, the two texts agree on {k_div} token(s), then plain decoding writes `{plain!r}` "
+            f"where speculative decoding writes `{spec!r}`. Scored in one pass over the common prefix, the "
+            f"two candidates' logits are {gap:.3g} apart, {tie}. Both texts are legitimate greedy outputs of "
+            "the same model; they differ only in how the arithmetic was grouped.")

@@ -13,13 +13,15 @@ from .margin import compare
 
 
 def adaptive_verdict(best_fixed: float, adaptive: Mapping[str, float], margin: float = 0.03) -> str:
-    """Chapter 4: did any adaptive draft length beat the best fixed γ on this run? Speedups over plain decoding."""
+    """Chapter 4: did any adaptive draft length beat the best fixed γ on this run?
+    Speedups over plain decoding."""
     name, best = max(adaptive.items(), key=lambda kv: kv[1])
     side = compare(best, best_fixed, margin)
     if side == "higher":
         return f"here the {name} beat the best fixed γ, {best:.2f}× against {best_fixed:.2f}×"
     if side == "lower":
-        return f"here no adaptive rule beat the best fixed γ: the best, the {name}, gave {best:.2f}× against {best_fixed:.2f}×"
+        return (f"here no adaptive rule beat the best fixed γ: the best, the {name}, gave {best:.2f}× "
+                f"against {best_fixed:.2f}×")
     return f"here the {name} and the best fixed γ are level, {best:.2f}× against {best_fixed:.2f}×"
 
 
@@ -33,11 +35,13 @@ def _lead(curves: Mapping[str, Sequence[float]]) -> str:
 def verify_cost_verdict(curves: Mapping[str, Sequence[float]], device: str, *, skipped: Sequence[str] = (),
                         unpacked: str = "float32, F.linear", packed: str = "float32", flat: float = 1.25,
                         margin: float = 0.05) -> str:
-    """Chapter 4: what scoring k tokens costs on this device, t(k)/t(1) by label, curves[label][k - 1] = t(k)/t(1).
+    """Chapter 4: what scoring k tokens costs on this device, t(k)/t(1) by label,
+    curves[label][k - 1] = t(k)/t(1).
 
-    Says whether the passes stay within `flat`× of one token (memory-bound) or from which k they do not, whether
-    prepacking mattered (the `unpacked` curve against the `packed` one, CPU only), and, on an accelerator, that
-    only the target as loaded was timed. `skipped`: labels whose copy was too big to make.
+    Says whether the passes stay within `flat`× of one token (memory-bound) or from which k they do not,
+    whether prepacking mattered (the `unpacked` curve against the `packed` one, CPU only), and,
+    on an accelerator, that only the target as loaded was timed.
+    `skipped`: labels whose copy was too big to make.
     """
     kept = {label: v for label, v in curves.items() if label != unpacked}
     k_max = max(len(v) for v in kept.values())
@@ -46,21 +50,21 @@ def verify_cost_verdict(curves: Mapping[str, Sequence[float]], device: str, *, s
     steep = {label: next(k for k, r in enumerate(v, start=1) if r > flat) for label, v in kept.items()
              if any(r > flat for r in v)}
     if not steep:
-        out.append(f"{'Every curve stays' if len(kept) > 1 else 'It stays'} within {flat}× of one token up to "
-                   f"k = {k_max}: here the verification pass "
-                   "is nearly as cheap as a one-token step, as a memory-bound pass should be.")
+        out.append(f"{'Every curve stays' if len(kept) > 1 else 'It stays'} within {flat}× of one token up "
+                   f"to k = {k_max}: here the verification pass is nearly as cheap as a one-token step, as a "
+                   "memory-bound pass should be.")
     else:
         where_k = " and ".join(f"at k = {k} in {label}" for label, k in steep.items())
-        out.append(f"The cost passes {flat}× one token {where_k}: from there on every extra token adds real time, "
-                   "and the textbook's free verification pass does not hold"
+        out.append(f"The cost passes {flat}× one token {where_k}: from there on every extra token adds real "
+                   "time, and the textbook's free verification pass does not hold"
                    + (" in that precision." if len(kept) > 1 and len(steep) == 1 else "."))
     if unpacked in curves and packed in curves:
         u, p = curves[unpacked][-1], curves[packed][-1]
         side = compare(u, p, margin)
         if side == "higher":
-            out.append(f"With plain `F.linear`, which lays the weights out again on every call, the same {packed} "
-                       f"pass costs {u:.2f} steps instead of {p:.2f}: the kernel, not the physics, made that "
-                       "difference.")
+            out.append("With plain `F.linear`, which lays the weights out again on every call, the same "
+                       f"{packed} pass costs {u:.2f} steps instead of {p:.2f}: the kernel, not the physics, "
+                       "made that difference.")
         elif side == "lower":
             out.append(f"With plain `F.linear` the same {packed} pass costs {u:.2f} steps, less than the "
                        f"{p:.2f} of the prepacked weights: here prepacking did not pay.")
@@ -69,20 +73,20 @@ def verify_cost_verdict(curves: Mapping[str, Sequence[float]], device: str, *, s
                        f"prepacked weights' {p:.2f}: here the kernel made no difference.")
     if device != "cpu":
         out.append("Only the target as loaded was timed: on an accelerator no float32 copy is made (it would "
-                   "take twice the memory of a 16-bit model for one more curve), and the `F.linear` comparison, "
-                   "a CPU kernel matter, is skipped.")
+                   "take twice the memory of a 16-bit model for one more curve), and the `F.linear` "
+                   "comparison, a CPU kernel matter, is skipped.")
     if skipped:
         out.append(f"Skipped, too big to copy on this machine: {', '.join(skipped)}.")
     return " ".join(out)
 
 
-def precision_verdict(step_ms: Mapping[str, float], curves: Mapping[str, Sequence[float]], native_bf16: bool | None,
-                      margin: float = 0.05) -> str:
+def precision_verdict(step_ms: Mapping[str, float], curves: Mapping[str, Sequence[float]],
+                      native_bf16: bool | None, margin: float = 0.05) -> str:
     """Chapter 4: which precision is faster here, for one token and for the longest pass timed.
 
-    step_ms: t(1) in milliseconds by dtype name; curves: t(k)/t(1) by dtype name (k = 1, 2, ...), so a pass over
-    k tokens takes step_ms * curves[k - 1]. native_bf16: whether the CPU has bfloat16 instructions (None on an
-    accelerator, or when unknown).
+    step_ms: t(1) in milliseconds by dtype name; curves: t(k)/t(1) by dtype name (k = 1, 2, ...),
+    so a pass over k tokens takes step_ms * curves[k - 1]. native_bf16: whether the CPU has bfloat16
+    instructions (None on an accelerator, or when unknown).
     """
     if not ("float32" in step_ms and "bfloat16" in step_ms):  # one precision timed: nothing to compare
         return " ".join(f"One step in {label} took {ms:.1f} ms." for label, ms in step_ms.items()
@@ -94,8 +98,8 @@ def precision_verdict(step_ms: Mapping[str, float], curves: Mapping[str, Sequenc
     k = min(len(curves["float32"]), len(curves["bfloat16"]))
     one = (step_ms["float32"], step_ms["bfloat16"])
     many = (one[0] * curves["float32"][k - 1], one[1] * curves["bfloat16"][k - 1])
-    out = [f"One step took {one[1]:.1f} ms in bfloat16 against {one[0]:.1f} ms in float32, and a pass over {k} "
-           f"tokens {many[1]:.1f} ms against {many[0]:.1f} ms:"]
+    out = [f"One step took {one[1]:.1f} ms in bfloat16 against {one[0]:.1f} ms in float32, and a pass over "
+           f"{k} tokens {many[1]:.1f} ms against {many[0]:.1f} ms:"]
     w1, wk = faster(*one), faster(*many)
     if w1 == wk == "neither":
         out.append("the two precisions are level on this machine.")
@@ -105,11 +109,11 @@ def precision_verdict(step_ms: Mapping[str, float], curves: Mapping[str, Sequenc
         say = lambda w: "neither is faster" if w == "neither" else f"{w} is faster"  # noqa: E731
         out.append(f"for one token {say(w1)}, for {k} tokens {say(wk)}.")
     if native_bf16:
-        out.append("This CPU has native bfloat16 instructions, so bfloat16 products run directly on weights half "
-                   "the size.")
+        out.append("This CPU has native bfloat16 instructions, so bfloat16 products run directly on weights "
+                   "half the size.")
     elif native_bf16 is False:
-        out.append("This CPU has no native bfloat16 instructions: its bfloat16 products convert the weights to "
-                   "float32 as they go.")
+        out.append("This CPU has no native bfloat16 instructions: its bfloat16 products convert the weights "
+                   "to float32 as they go.")
     return " ".join(out)
 
 
@@ -130,8 +134,8 @@ def prediction_verdict(err_generalized: float, err_textbook: float, calibration_
     else:
         out += ", so here the two are about as close to the clock"
     within = "stays within" if err_generalized <= tolerance else "misses"
-    return (f"{out}; the generalised formula {within} a {tolerance:.0%} tolerance, with the overhead h fitted once, "
-            f"at γ = {calibration_gamma}, and reused for every γ")
+    return (f"{out}; the generalised formula {within} a {tolerance:.0%} tolerance, with the overhead h "
+            f"fitted once, at γ = {calibration_gamma}, and reused for every γ")
 
 
 def prediction_gap_verdict(gammas: Sequence[int], textbook: Sequence[float], generalized: Sequence[float],
@@ -143,22 +147,23 @@ def prediction_gap_verdict(gammas: Sequence[int], textbook: Sequence[float], gen
     gaps = [t / g - 1 for t, g in zip(textbook, generalized)]
     first, last = gaps[0], gaps[-1]
     if all(compare(x, 0.0, margin, relative=False) == "level" for x in gaps):
-        return (f"here the two predictions stay within {margin:.0%} of each other at every γ: the extra tokens "
-                "and the loop cost little on this machine")
+        return (f"here the two predictions stay within {margin:.0%} of each other at every γ: the extra "
+                "tokens and the loop cost little on this machine")
     if compare(last, first, margin, relative=False) == "higher":
-        return (f"here they are not free: the gap between the two predictions widens with γ, from {first:.0%} at "
-                f"γ = {gammas[0]} to {last:.0%} at γ = {gammas[-1]}")
-    return (f"here the gap between the two predictions does not widen with γ: {first:+.0%} at γ = {gammas[0]}, "
-            f"{last:+.0%} at γ = {gammas[-1]}")
+        return ("here they are not free: the gap between the two predictions widens with γ, from "
+                f"{first:.0%} at γ = {gammas[0]} to {last:.0%} at γ = {gammas[-1]}")
+    return (f"here the gap between the two predictions does not widen with γ: {first:+.0%} at γ = "
+            f"{gammas[0]}, {last:+.0%} at γ = {gammas[-1]}")
 
 
 def best_gamma_shift_verdict(alpha: float, c: float, slope: float, gamma_max: int = 16) -> str:
-    """Chapter 4: how a verify cost rising as t(k)/t(1) = 1 + slope (k - 1) moves the best γ of the textbook."""
+    """Chapter 4: how a verify cost rising as t(k)/t(1) = 1 + slope (k - 1) moves
+    the best γ of the textbook."""
     from ...lab.speedup import best_gamma, linear_verify_costs
     g0, s0 = best_gamma(alpha, c, gamma_max=gamma_max)
     g1, s1 = best_gamma(alpha, c, linear_verify_costs(slope, gamma_max + 1), gamma_max=gamma_max)
-    head = (f"with α = {alpha:g} and c = {c:g} the textbook's best γ is {g0} ({s0:.2f}×); a slope of {slope:.2f}, "
-            "this machine's,")
+    head = (f"with α = {alpha:g} and c = {c:g} the textbook's best γ is {g0} ({s0:.2f}×); a slope of "
+            f"{slope:.2f}, this machine's,")
     side = compare(g1, g0, 0, relative=False)
     if side == "lower":
         return f"{head} pulls it down to γ = {g1} ({s1:.2f}×)"
@@ -180,20 +185,21 @@ def position_verdict(accepted: Sequence[int], examined: Sequence[int], z: float 
     se = (p1 * (1 - p1) / n1 + p2 * (1 - p2) / n2) ** 0.5
     side = compare(p1, p2, z * se, relative=False)
     if side == "level":
-        return (f"The difference, {p1 - p2:+.2f}, is within {z:g} standard errors ({se:.2f}): on this run the "
-                "positions look alike, as the i.i.d. model assumes.")
+        return (f"The difference, {p1 - p2:+.2f}, is within {z:g} standard errors ({se:.2f}): on this run "
+                "the positions look alike, as the i.i.d. model assumes.")
     if side == "higher":
-        return (f"The difference, {p1 - p2:+.2f}, is beyond {z:g} standard errors ({se:.2f}): the positions are not "
-                "alike, and the first is the easier one. The draft's first guess follows the target's own last "
-                "token; every further guess builds on guesses, so its errors compound.")
-    return (f"The difference, {p1 - p2:+.2f}, is beyond {z:g} standard errors ({se:.2f}): the positions are not "
-            "alike, and the later ones, once reached, are the easier ones. Acceptances cluster: on a predictable "
-            "stretch (a list, a stock phrase) the draft tends to stay right, so reaching position i is itself "
-            "evidence that position i is easy.")
+        return (f"The difference, {p1 - p2:+.2f}, is beyond {z:g} standard errors ({se:.2f}): the positions "
+                "are not alike, and the first is the easier one. The draft's first guess follows the "
+                "target's own last token; every further guess builds on guesses, so its errors compound.")
+    return (f"The difference, {p1 - p2:+.2f}, is beyond {z:g} standard errors ({se:.2f}): the positions are "
+            "not alike, and the later ones, once reached, are the easier ones. Acceptances cluster: on a "
+            "predictable stretch (a list, a stock phrase) the draft tends to stay right, so reaching "
+            "position i is itself evidence that position i is easy.")
 
 
 def geometric_fit_verdict(accepted: Sequence[int], gamma: int, alpha: float, z: float = 2.0) -> str:
-    """Chapter 4: does the capped geometric law with one α fit the accepted lengths of iterations that drafted γ?
+    """Chapter 4: does the capped geometric law with one α fit the accepted lengths of
+    iterations that drafted γ?
 
     Tests the tail, P(n = γ) against α^γ, and the mean tokens per iteration, E[n + 1] against
     (1 - α^(γ+1)) / (1 - α), each against z standard errors.
@@ -205,12 +211,12 @@ def geometric_fit_verdict(accepted: Sequence[int], gamma: int, alpha: float, z: 
     se_tail = max(q * (1 - q) / n, 1e-12) ** 0.5
     side = compare(tail, q, z * se_tail, relative=False)
     if side == "level":
-        out = (f"The capped geometric law fits the histogram's tail: all {gamma} draft tokens were accepted in "
-               f"{tail:.0%} of iterations, against α^γ = {q:.0%}, within {z:g} standard errors")
+        out = (f"The capped geometric law fits the histogram's tail: all {gamma} draft tokens were accepted "
+               f"in {tail:.0%} of iterations, against α^γ = {q:.0%}, within {z:g} standard errors")
     else:
         word = "understates" if side == "higher" else "overstates"
-        out = (f"The capped geometric law {word} the histogram's tail: all {gamma} draft tokens were accepted in "
-               f"{tail:.0%} of iterations, against α^γ = {q:.0%}")
+        out = (f"The capped geometric law {word} the histogram's tail: all {gamma} draft tokens were "
+               f"accepted in {tail:.0%} of iterations, against α^γ = {q:.0%}")
     mean = sum(a + 1 for a in accepted) / n
     want = gamma + 1.0 if alpha == 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
     sd = (sum((a + 1 - mean) ** 2 for a in accepted) / max(n - 1, 1)) ** 0.5
@@ -219,18 +225,20 @@ def geometric_fit_verdict(accepted: Sequence[int], gamma: int, alpha: float, z: 
         return (f"{out}; and a single α predicts the tokens per iteration within noise ({mean:.2f} measured, "
                 f"{want:.2f} predicted).")
     word = "understates" if side == "higher" else "overstates"
-    return f"{out}; and a single α {word} the tokens per iteration ({mean:.2f} measured, {want:.2f} predicted)."
+    return (f"{out}; and a single α {word} the tokens per iteration ({mean:.2f} measured, {want:.2f} "
+            "predicted).")
 
 
 def two_x_verdict(alpha: float, alpha_needed: float | None, c: float, goal: float = 2.0,
                   label: str = "greedy") -> str:
     """Chapter 4: does this pair's α reach the α that `goal`× needs at its c (textbook formula)?
 
-    alpha_needed: the smallest α whose best textbook speedup reaches goal (speed.alpha_for_speedup), None if none.
+    alpha_needed: the smallest α whose best textbook speedup reaches goal (speed.alpha_for_speedup),
+    None if none.
     """
     if alpha_needed is None:
-        return (f"At this pair's c = {c:.3f} no α below 1 gives {goal:g}×, even by the textbook formula: the draft "
-                "costs too much for any acceptance to make up for it.")
+        return (f"At this pair's c = {c:.3f} no α below 1 gives {goal:g}×, even by the textbook formula: the "
+                "draft costs too much for any acceptance to make up for it.")
     verdict = "clears it" if alpha >= alpha_needed else "falls short of it"
-    return (f"At this pair's c = {c:.3f}, {goal:g}× would need α ≥ {alpha_needed:.2f} by the textbook formula; "
-            f"this pair's α = {alpha:.2f} ({label}) {verdict}.")
+    return (f"At this pair's c = {c:.3f}, {goal:g}× would need α ≥ {alpha_needed:.2f} by the textbook "
+            f"formula; this pair's α = {alpha:.2f} ({label}) {verdict}.")

@@ -20,18 +20,21 @@ def _listed(items: Sequence[str]) -> str:
 
 
 def draft_limit_verdict(name: str, alpha: float, c: float) -> str:
-    """Chapter 5: what holds a draft back. Even a free draft gives at most 1/(1 − α), even a perfect one at most 1/c;
-    the lower of the two ceilings names the limit (agreement if 1 − α > c, else cost)."""
+    """Chapter 5: what holds a draft back. Even a free draft gives at most 1/(1 − α),
+    even a perfect one at most 1/c; the lower of the two ceilings names the limit (agreement if 1 − α > c,
+    else cost)."""
     if 1 - alpha > c:
         return f"the {name} is held back by its agreement (1 − α = {1 - alpha:.2f} exceeds c = {c:.3f})"
     return f"the {name} is held back by its cost (c = {c:.3f} exceeds 1 − α = {1 - alpha:.2f})"
 
 
 def int8_draft_verdict(alpha: float, c: float) -> str:
-    """Chapter 5: what the int8 copy's step saves against the float32 target here, and whether α stayed below 1."""
+    """Chapter 5: what the int8 copy's step saves against the float32 target here,
+    and whether α stayed below 1."""
     cost = (f"its step costs {c:.2f} of a float32 target step on this machine" if c < 1 else
             f"its step costs {c:.2f}× a float32 target step on this machine: int8 saves no time here")
-    agree = (f"dynamic quantisation, which also rounds the activations, keeps α at {alpha:.3f}, below 1" if alpha < 1
+    agree = (f"dynamic quantisation, which also rounds the activations, keeps α at {alpha:.3f}, below "
+             "1" if alpha < 1
              else "its α reached 1: rounding the activations changed no greedy choice on these prompts")
     return f"{cost}; {agree}"
 
@@ -40,13 +43,13 @@ def self_draft_verdict(measured: float, margin: float = 0.03) -> str:
     """Chapter 5: the target drafting for itself (α = 1 and c = 1 in principle): no gain, or timing noise?"""
     if compare(measured, 1.0, margin) != "higher":
         return f"measured {measured:.2f}×: no gain, as α = c predicts"
-    return (f"measured {measured:.2f}×, above 1, which α = c does not allow: read it as the timing noise of a short "
-            "run")
+    return (f"measured {measured:.2f}×, above 1, which α = c does not allow: read it as the timing noise of "
+            "a short run")
 
 
 def measured_vs_predicted_verdict(pairs: Mapping[str, tuple[float, float]], margin: float = 0.03) -> str:
-    """Chapter 5: does each draft's measured speedup sit below, level with (within `margin`, relative) or above the
-    predicted one? pairs: draft name -> (predicted, measured)."""
+    """Chapter 5: does each draft's measured speedup sit below, level with (within `margin`,
+    relative) or above the predicted one? pairs: draft name -> (predicted, measured)."""
     side = {n: compare(m, p, margin) for n, (p, m) in pairs.items()}
     below, above, level = ([n for n, s in side.items() if s == want] for want in ("lower", "higher", "level"))
     if len(below) == len(pairs):
@@ -60,14 +63,16 @@ def measured_vs_predicted_verdict(pairs: Mapping[str, tuple[float, float]], marg
 
 
 def loop_alpha_verdict(pairs: Mapping[str, tuple[float, float]], margin: float = 0.02) -> str:
-    """Chapter 5: the loop's α (`Stats.alpha`, every draft position) against the teacher-forced α at position 1.
+    """Chapter 5: the loop's α (`Stats.alpha`, every draft position) against the teacher-forced α
+    at position 1.
 
-    pairs: draft name -> (teacher-forced α, in-loop α); a NaN in-loop α (nothing drafted in the loop) is skipped.
+    pairs: draft name -> (teacher-forced α, in-loop α); a NaN in-loop α
+    (nothing drafted in the loop) is skipped.
     """
-    pairs = {n: (t, l) for n, (t, l) in pairs.items() if l == l}
+    pairs = {n: (t, in_loop) for n, (t, in_loop) in pairs.items() if in_loop == in_loop}
     if not pairs:
         return "No draft proposed anything in the timed runs, so there is no α in the loop to compare."
-    side = {n: compare(l, t, margin, relative=False) for n, (t, l) in pairs.items()}
+    side = {n: compare(in_loop, t, margin, relative=False) for n, (t, in_loop) in pairs.items()}
     below, above, level = ([n for n, s in side.items() if s == want] for want in ("lower", "higher", "level"))
     parts = [f"below the teacher-forced value for {_listed(below)}" if below else "",
              f"within {margin} of it for {_listed(level)}" if level else "",
@@ -76,7 +81,8 @@ def loop_alpha_verdict(pairs: Mapping[str, tuple[float, float]], margin: float =
 
 
 def task_winner_verdict(fastest: Mapping[str, str]) -> str:
-    """Chapter 5: did one draft win every task, or did the winner change with the task? fastest: task -> draft."""
+    """Chapter 5: did one draft win every task, or did the winner change with the task?
+    fastest: task -> draft."""
     by_draft: dict[str, list[str]] = {}
     for task, draft in fastest.items():
         by_draft.setdefault(draft, []).append(task)
@@ -88,7 +94,8 @@ def task_winner_verdict(fastest: Mapping[str, str]) -> str:
 
 
 def lookup_task_verdict(lookup_speed: Mapping[str, float], margin: float = 0.03) -> str:
-    """Chapter 5: on which tasks prompt lookup sped decoding up (speedup over plain > 1 + margin), on which not."""
+    """Chapter 5: on which tasks prompt lookup sped decoding up (speedup over plain > 1 + margin),
+    on which not."""
     gain = [t for t, s in lookup_speed.items() if compare(s, 1.0, margin) == "higher"]
     rest = [t for t in lookup_speed if t not in gain]
 
@@ -102,44 +109,50 @@ def lookup_task_verdict(lookup_speed: Mapping[str, float], margin: float = 0.03)
     return f"prompt lookup sped decoding up on {fmt(gain)}, but not on {fmt(rest)}"
 
 
-def lm_copy_verdict(speed_rewrite: float, alpha_rewrite: float, alpha_open: float, margin: float = 0.03) -> str:
-    """Chapter 5: did the distilled LM, trained on answers that seldom copy their prompt, agree with the target more
-    on the rewrite task (whose answer copies its prompt) than on open questions? speed_rewrite: its measured speedup
-    on the rewrite; alpha_rewrite, alpha_open: its teacher-forced α₁ on the two tasks (`margin`: absolute)."""
+def lm_copy_verdict(speed_rewrite: float, alpha_rewrite: float, alpha_open: float,
+                    margin: float = 0.03) -> str:
+    """Chapter 5: did the distilled LM, trained on answers that seldom copy their prompt,
+    agree with the target more on the rewrite task (whose answer copies its prompt) than on open questions?
+    speed_rewrite: its measured speedup on the rewrite; alpha_rewrite, alpha_open: its teacher-forced α₁ on
+    the two tasks (`margin`: absolute)."""
     head = f"The distilled LM gave {speed_rewrite:.2f}× on the rewrite"
     alphas = f"(α₁ {alpha_rewrite:.2f} against {alpha_open:.2f})"
     side = compare(alpha_rewrite, alpha_open, margin, relative=False)
     if side == "higher":
-        return (f"{head}, and agreed with the target more often there than on open questions {alphas}: training on "
-                "answers that seldom copy their prompt did not keep it from agreeing where the answer copies.")
+        return (f"{head}, and agreed with the target more often there than on open questions {alphas}: "
+                "training on answers that seldom copy their prompt did not keep it from agreeing where the "
+                "answer copies.")
     if side == "lower":
-        return (f"{head}, and agreed with the target less often there than on open questions {alphas}: it was "
-                "trained on answers that seldom copy their prompt, and did not learn to copy.")
-    return (f"{head}, and agreed with the target about as often there as on open questions {alphas}: it was trained "
-            "on answers that seldom copy their prompt, so the copying gained it nothing.")
+        return (f"{head}, and agreed with the target less often there than on open questions {alphas}: it "
+                "was trained on answers that seldom copy their prompt, and did not learn to copy.")
+    return (f"{head}, and agreed with the target about as often there as on open questions {alphas}: it was "
+            "trained on answers that seldom copy their prompt, so the copying gained it nothing.")
 
 
-def depth_vs_width_verdict(cpu_ratio: float, gpu_ratio: float, gpu_measured: bool, margin: float = 0.05) -> str:
+def depth_vs_width_verdict(cpu_ratio: float, gpu_ratio: float, gpu_measured: bool,
+                           margin: float = 0.05) -> str:
     """Chapter 5: did sixteen times the layers (same weights) cost more step time, on this CPU and on a GPU?
-    Ratios are deep step / shallow step; gpu_measured says whether the GPU figure was measured or predicted."""
+    Ratios are deep step / shallow step; gpu_measured says whether the GPU figure was measured or
+    predicted."""
     how = "measured" if gpu_measured else "predicted"
     deeper_cpu, deeper_gpu = (compare(r, 1.0, margin) == "higher" for r in (cpu_ratio, gpu_ratio))
     if deeper_cpu and deeper_gpu:
         more = ", more there" if gpu_ratio > cpu_ratio else ""
-        return (f"Depth costs more than width on this CPU ({cpu_ratio:.1f}×) and on a GPU ({gpu_ratio:.1f}×, {how}"
-                f"{more}): prefer shallow and wide drafts.")
+        return (f"Depth costs more than width on this CPU ({cpu_ratio:.1f}×) and on a GPU ({gpu_ratio:.1f}×, "
+                f"{how}{more}): prefer shallow and wide drafts.")
     if deeper_gpu:
         return (f"Depth cost about as much as width on this CPU ({cpu_ratio:.2f}×) but more on a GPU "
                 f"({gpu_ratio:.1f}×, {how}): on a GPU, prefer shallow and wide drafts.")
     if deeper_cpu:
-        return (f"Depth costs more than width on this CPU ({cpu_ratio:.1f}×) but not on a GPU ({gpu_ratio:.2f}×, "
-                f"{how}): there the weights, not the launches, set the step time.")
-    return (f"Here depth cost no more than width ({cpu_ratio:.2f}× on this CPU, {gpu_ratio:.2f}× on a GPU, {how}): "
-            "the layer count does not set these models' step time.")
+        return (f"Depth costs more than width on this CPU ({cpu_ratio:.1f}×) but not on a GPU "
+                f"({gpu_ratio:.2f}×, {how}): there the weights, not the launches, set the step time.")
+    return (f"Here depth cost no more than width ({cpu_ratio:.2f}× on this CPU, {gpu_ratio:.2f}× on a GPU, "
+            f"{how}): the layer count does not set these models' step time.")
 
 
 def training_verdict(first: float, last: float, margin: float = 0.01) -> str:
-    """Chapter 5: did validation agreement rise over training? -> 'rose from a to b', 'fell ...' or 'stayed ...'."""
+    """Chapter 5: did validation agreement rise over training? -> 'rose from a to b',
+    'fell ...' or 'stayed ...'."""
     side = compare(last, first, margin, relative=False)
     if side == "higher":
         return f"rose from {first:.2f} to {last:.2f}"
@@ -152,8 +165,8 @@ def loss_verdict(kl_alpha: float, tv_alpha: float, steps: int, tol: float = 0.03
     """Chapter 5: which distillation loss trained to the higher held-out α at T = 1, or a tie within `tol`."""
     side = compare(kl_alpha, tv_alpha, tol, relative=False)
     if side == "level":
-        return (f"At this scale the two losses end within {tol} of each other ({kl_alpha:.3f} and {tv_alpha:.3f}): "
-                "the point here is the mechanics.")
+        return (f"At this scale the two losses end within {tol} of each other ({kl_alpha:.3f} and "
+                f"{tv_alpha:.3f}): the point here is the mechanics.")
     better = "KL" if side == "higher" else "TV"
     return (f"Here {better} trained to the higher α at T = 1 in {steps} steps ({kl_alpha:.3f} with KL, "
             f"{tv_alpha:.3f} with TV).")
@@ -161,9 +174,10 @@ def loss_verdict(kl_alpha: float, tv_alpha: float, steps: int, tol: float = 0.03
 
 def coverage_depth_verdict(by_depth: Sequence[Mapping[int, float]], wide: int, positions: int,
                            margin: float = 0.02) -> str:
-    """Chapter 5: how the feature head's top-1 coverage moves from depth 1 to its deepest depth, and how much more
-    its top-`wide` guesses hold there. by_depth[d - 1][k]: coverage@k at depth d (`lab.coverage`), measured at
-    `positions` answer positions (few positions: a noisy table, and the sentence says how many)."""
+    """Chapter 5: how the feature head's top-1 coverage moves from depth 1 to its deepest depth,
+    and how much more its top-`wide` guesses hold there. by_depth[d - 1][k]: coverage@k at depth d
+    (`lab.coverage`), measured at `positions` answer positions (few positions: a noisy table,
+    and the sentence says how many)."""
     first, last, deep = by_depth[0][1], by_depth[-1][1], len(by_depth)
     side = compare(last, first, margin, relative=False)
     if side == "lower":
@@ -179,5 +193,6 @@ def coverage_depth_verdict(by_depth: Sequence[Mapping[int, float]], wide: int, p
         room = (f"its top-{wide} guesses hold the target's token {wide_last / last:.1f} times as often there "
                 f"({wide_last:.2f}): the room a tree's extra children have")
     else:
-        room = f"its top-{wide} guesses add little there ({wide_last:.2f}): a tree's extra children would rarely help"
+        room = (f"its top-{wide} guesses add little there ({wide_last:.2f}): a tree's extra children would "
+                "rarely help")
     return f"Over {positions} answer positions, the feature draft's top-1 coverage {trend}, and {room}."

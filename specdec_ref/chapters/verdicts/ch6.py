@@ -15,7 +15,8 @@ from .margin import compare
 def confidence_stop_verdict(lengths: Sequence[int], caps: Sequence[int], hf_passes: float | None = None,
                             short: int = 2) -> str:
     """Chapter 6: how long were the drafts under Hugging Face's confidence stop? lengths[i] tokens drafted in
-    iteration i, caps[i] the most it could have drafted; hf_passes: Hugging Face's own draft passes per target pass."""
+    iteration i, caps[i] the most it could have drafted; hf_passes:
+    Hugging Face's own draft passes per target pass."""
     n = len(lengths)
     if n == 0:
         return "No iteration could draft here, so the drafts' lengths were not measured."
@@ -25,45 +26,49 @@ def confidence_stop_verdict(lengths: Sequence[int], caps: Sequence[int], hf_pass
     hf = (f"; Hugging Face's own run made {hf_passes:.1f} draft passes per target pass, its mean draft length"
           if hf_passes is not None else "")
     measured = (f"Our loop with the same rule drafted {mean:.1f} tokens per iteration on average (at most "
-                f"{max(caps)}); the confidence stop cut {n_stopped} of {n} drafts short, and {n_short} of {n} "
-                f"({n_short / n:.0%}) ended after {short} tokens or fewer{hf}.")
+                f"{max(caps)}); the confidence stop cut {n_stopped} of {n} drafts short, and {n_short} of "
+                f"{n} ({n_short / n:.0%}) ended after {short} tokens or fewer{hf}.")
     if n_short > n / 2:
         return measured + f" So here the confidence stop ends most drafts after {short} tokens or fewer."
     return measured + " So here most drafts ran longer than that: the draft was often sure of itself."
 
 
 def greedy_agreement_verdict(n_same: int, n_runs: int, n_splits: int, n_near_ties: int) -> str:
-    """Chapter 6: do the greedy runs reproduce plain decoding? n_splits runs part somewhere, n_near_ties of them at
-    a near-tie (a logit gap within the rounding difference of the two ways of scoring)."""
+    """Chapter 6: do the greedy runs reproduce plain decoding? n_splits runs part somewhere,
+    n_near_ties of them at a near-tie (a logit gap within the rounding difference of the two ways of
+    scoring)."""
     if n_same == n_runs:
         return f"all {n_runs} greedy runs reproduce plain decoding token for token"
     if n_near_ties == n_splits:
-        return (f"{n_same} of {n_runs} greedy runs reproduce plain decoding token for token, and the others part only "
-                "at near-ties that rounding explains")
-    return (f"{n_same} of {n_runs} greedy runs reproduce plain decoding token for token, and {n_splits - n_near_ties} "
-            "part where rounding cannot explain it: suspect a bug")
+        return (f"{n_same} of {n_runs} greedy runs reproduce plain decoding token for token, and the others "
+                "part only at near-ties that rounding explains")
+    return (f"{n_same} of {n_runs} greedy runs reproduce plain decoding token for token, and "
+            f"{n_splits - n_near_ties} part where rounding cannot explain it: suspect a bug")
 
 
 def distribution_verdict(correct: Mapping[str, float], broken: float, level: float) -> str:
-    """Chapter 6: the T > 0 tests. correct: p-values of the tests on correct samplers; broken: p-value of the test
-    that should catch the broken sampler. Rejection means p < level."""
+    """Chapter 6: the T > 0 tests. correct: p-values of the tests on correct samplers; broken:
+    p-value of the test that should catch the broken sampler. Rejection means p < level."""
     rejected = [name for name, p in correct.items() if p < level]
     if rejected:
-        first = f"at level {level} the tests reject {', '.join(rejected)} (smallest p = {min(correct.values()):.3g})"
+        first = (f"at level {level} the tests reject {', '.join(rejected)} (smallest p = "
+                 f"{min(correct.values()):.3g})")
     else:
-        first = (f"at level {level} none of the {len(correct)} tests finds a difference between the correct samplers "
-                 f"and the exact distribution (smallest p = {min(correct.values()):.3g})")
+        first = (f"at level {level} none of the {len(correct)} tests finds a difference between the correct "
+                 f"samplers and the exact distribution (smallest p = {min(correct.values()):.3g})")
     second = (f"the same test rejects the broken sampler (p = {broken:.3g})" if broken < level else
-              f"the same test does not reject the broken sampler in this run (p = {broken:.3g}): more samples needed")
+              f"the same test does not reject the broken sampler in this run (p = {broken:.3g}): more "
+              "samples needed")
     return f"{first}, and {second}"
 
 
 def broken_sampler_caught_verdict(p_value: float, level: float) -> str:
-    """Chapter 6: does the goodness-of-fit test reject the broken sampler (rejection: p < level)? Completes the
-    sentence "so the test ..."."""
+    """Chapter 6: does the goodness-of-fit test reject the broken sampler
+    (rejection: p < level)? Completes the sentence "so the test ..."."""
     if p_value < level:
         return f"rejects it at level {level}"
-    return f"does not reject it in this run at level {level} (its power against this sampler is computed above)"
+    return (f"does not reject it in this run at level {level} (its power against this sampler is computed "
+            "above)")
 
 
 def lookup_verdict(rewrite: float, free_text: float, margin: float = 0.05) -> str:
@@ -73,51 +78,56 @@ def lookup_verdict(rewrite: float, free_text: float, margin: float = 0.05) -> st
              "level": ", level with it."}[compare(rewrite, 1.0, margin)])
     side = compare(free_text, 1.0, margin)
     if side == "level":
-        rest = (f" On free text it ran at {free_text:.2f}×, within {margin:.0%} of plain decoding: where it finds "
-                "little to copy it costs almost nothing extra, a safe default for editing workloads.")
+        rest = (f" On free text it ran at {free_text:.2f}×, within {margin:.0%} of plain decoding: where it "
+                "finds little to copy it costs almost nothing extra, a safe default for editing workloads.")
     elif side == "lower":
-        rest = (f" On free text it ran at {free_text:.2f}×, a cost of {1 - free_text:.0%}: here it is not free where "
-                "it finds little to copy (every guess it makes, right or wrong, is a token the target must score).")
+        rest = (f" On free text it ran at {free_text:.2f}×, a cost of {1 - free_text:.0%}: here it is not "
+                "free where it finds little to copy (every guess it makes, right or wrong, is a token the "
+                "target must score).")
     else:
         rest = (f" On free text it ran at {free_text:.2f}×: even there it found stretches to copy.")
     return paid + rest
 
 
 def second_candidates_verdict(tree_accepted: float, chain_accepted: float, margin: float = 0.005) -> str:
-    """Chapter 6: did a static tree's extra candidates add accepted draft tokens per target pass, against the chain
-    of the tree's depth (the draft's first choices alone)? Both are means per target pass; `margin` keeps a
-    difference that two decimals would not show from counting as one."""
+    """Chapter 6: did a static tree's extra candidates add accepted draft tokens per target pass,
+    against the chain of the tree's depth (the draft's first choices alone)? Both are means per target pass;
+    `margin` keeps a difference that two decimals would not show from counting as one."""
     both = f"({tree_accepted:.2f} against {chain_accepted:.2f} for the chain of the tree's depth)"
     side = compare(tree_accepted, chain_accepted, margin, relative=False)
     if side == "higher":
-        return f"Here the extra candidates helped: the tree accepted more draft tokens per target pass {both}."
+        return ("Here the extra candidates helped: the tree accepted more draft tokens per target pass "
+                f"{both}.")
     if side == "lower":
         return f"On this prompt they did not: the tree accepted fewer draft tokens per target pass {both}."
     return f"On this prompt they did not: the tree accepted as many draft tokens per target pass {both}."
 
 
-def roofline_turn_verdict(measured: int | None, roofline: int | None, largest: int, rise: float = 1.25) -> str:
-    """Chapter 6: where does a pass start to cost more than `rise`× one token (measured, tokens B·k), against where
-    the roofline calls it compute-bound? None: not on the grid (up to `largest` tokens)."""
-    seen = (f"The measured curve passes {rise}× one token at B·k = {measured} tokens" if measured is not None else
+def roofline_turn_verdict(measured: int | None, roofline: int | None, largest: int,
+                          rise: float = 1.25) -> str:
+    """Chapter 6: where does a pass start to cost more than `rise`× one token (measured, tokens B·k),
+    against where the roofline calls it compute-bound? None: not on the grid (up to `largest` tokens)."""
+    seen = (f"The measured curve passes {rise}× one token at B·k = {measured} "
+            "tokens" if measured is not None else
             f"The measured curve stays within {rise}× one token up to B·k = {largest} tokens")
     if measured is not None and (roofline is None or measured < roofline):
         where = f"the roofline's {roofline}" if roofline is not None else f"the grid's {largest}"
-        return (seen + f", before {where}: as chapter 1 found, small matrix products on this machine reach neither "
-                "roof, so the verify pass of a batch stops being free sooner than the roofline says.")
+        return (seen + f", before {where}: as chapter 1 found, small matrix products on this machine reach "
+                "neither roof, so the verify pass of a batch stops being free sooner than the roofline says.")
     if measured is None:
         return seen + ": on this grid a batch's verify pass stays nearly free, as the roofline says."
-    return (seen + f", at or after the roofline's {roofline}: the roofline predicts where the verify pass stops "
-            "being free.")
+    return (seen + f", at or after the roofline's {roofline}: the roofline predicts where the verify pass "
+            "stops being free.")
 
 
 def breakeven_verdict(speedups: Mapping[int, float]) -> str:
-    """Chapter 6: where does the predicted speedup S(B) fall to 1? speedups: {B: S(B)} on a grid of batch sizes."""
+    """Chapter 6: where does the predicted speedup S(B) fall to 1?
+    speedups: {B: S(B)} on a grid of batch sizes."""
     Bs = sorted(speedups)
     best = max(speedups.values())
     if best <= 1:
-        return (f"never rises above 1× (at best {best:.2f}×): at this α there is no spare arithmetic to convert, "
-                "even for one sequence")
+        return (f"never rises above 1× (at best {best:.2f}×): at this α there is no spare arithmetic to "
+                "convert, even for one sequence")
     cross = next((B for B in Bs if speedups[B] <= 1), None)
     if cross is None:
         return f"stays above 1× up to B = {Bs[-1]}, the end of the grid ({speedups[Bs[-1]]:.2f}× there)"
@@ -126,19 +136,21 @@ def breakeven_verdict(speedups: Mapping[int, float]) -> str:
 
 def long_context_verdict(short: Mapping[int, float], long: Mapping[int, float], short_ctx: int, long_ctx: int,
                          margin: float = 0.03) -> str:
-    """Chapter 6 (MagicDec): {B: S(B)} at a short and a long context length. Does speculation pay at a large batch
-    when the context is long, where it stops paying (or pays less) at short context? Compared at the largest B
-    both grids share."""
+    """Chapter 6 (MagicDec): {B: S(B)} at a short and a long context length. Does speculation pay at a
+    large batch when the context is long, where it stops paying (or pays less) at short context?
+    Compared at the largest B both grids share."""
     common = sorted(set(short) & set(long))
     if not common:
         return "The two context lengths share no batch size, so they cannot be compared."
     B = common[-1]
-    s, l = short[B], long[B]
-    at = f"At B = {B}, the predicted speedup is {s:.2f}× with ℓ = {short_ctx} and {l:.2f}× with ℓ = {long_ctx}"
-    side = compare(l, s, margin)
-    if side == "higher" and l > 1:
-        return (at + ": with long contexts every pass is dominated by reading the KV cache, the γ extra tokens per "
-                "sequence stay nearly free, and speculation pays again at a batch size where it pays "
+    s, s_long = short[B], long[B]
+    at = (f"At B = {B}, the predicted speedup is {s:.2f}× with ℓ = {short_ctx} and {s_long:.2f}× with ℓ = "
+          f"{long_ctx}")
+    side = compare(s_long, s, margin)
+    if side == "higher" and s_long > 1:
+        return (at + ": with long contexts every pass is dominated by reading the KV cache, the γ extra "
+                "tokens per sequence stay nearly free, and speculation pays again at a batch size where "
+                "it pays "
                 + ("no longer" if s <= 1 else "less") + " at short context.")
     if side == "lower":
         return at + ": here the longer context makes speculation pay less, not more."
@@ -146,10 +158,11 @@ def long_context_verdict(short: Mapping[int, float], long: Mapping[int, float], 
 
 
 def topk_mass_verdict(beta: float, topk_mass: float, k: int, margin: float = 0.02) -> str:
-    """Chapter 6: at T > 0, a sampled chain token survives with probability β = Σ min(p, q); a node whose children are
-    the draft's top-k keeps one with probability topk_mass, the target's mass on those k tokens."""
-    head = (f"at this position a sampled chain token survives with probability β = {beta:.2f}, and a node whose "
-            f"children are the draft's top-{k} keeps one with probability {topk_mass:.2f}")
+    """Chapter 6: at T > 0, a sampled chain token survives with probability β = Σ min(p, q);
+    a node whose children are the draft's top-k keeps one with probability topk_mass,
+    the target's mass on those k tokens."""
+    head = (f"at this position a sampled chain token survives with probability β = {beta:.2f}, and a node "
+            f"whose children are the draft's top-{k} keeps one with probability {topk_mass:.2f}")
     side = compare(topk_mass, beta, margin, relative=False)
     if side == "lower":
         return head + f": here the top-{k} tree keeps less than a sampled chain would"
@@ -158,7 +171,8 @@ def topk_mass_verdict(beta: float, topk_mass: float, k: int, margin: float = 0.0
     return head + ": here the two are level"
 
 
-def tree_vs_chain_verdict(tree: float, chain: float, tree_label: str = "the tree", chain_label: str = "the chain",
+def tree_vs_chain_verdict(tree: float, chain: float, tree_label: str = "the "
+                                                                       "tree", chain_label: str = "the chain",
                           margin: float = 0.03) -> str:
     """Compare two speedups (or τ values): which is ahead, or a tie within `margin` (relative)."""
     side = compare(tree, chain, margin * max(tree, chain), relative=False)
@@ -171,6 +185,7 @@ def tree_vs_chain_verdict(tree: float, chain: float, tree_label: str = "the tree
 def overhead_verdict(ours_ms: float, hf_ms: float) -> str:
     """Our loop's overhead per target pass against Hugging Face assisted generation's."""
     if ours_ms <= hf_ms:
-        return f"our loop spends {ours_ms:.1f} ms per target pass outside the models, at most Hugging Face's {hf_ms:.1f} ms"
+        return (f"our loop spends {ours_ms:.1f} ms per target pass outside the models, at most Hugging "
+                f"Face's {hf_ms:.1f} ms")
     return (f"our loop spends {ours_ms:.1f} ms per target pass outside the models, more than Hugging Face's "
             f"{hf_ms:.1f} ms")
