@@ -13,10 +13,12 @@ widgets, exercises) and distill/ (draft training).
 from .cache import CachedModel, vocab_size
 from .device import default_device, synchronize
 from .lab.timing import time_fn
-from .drafters import Drafter, FallbackDrafter, FeatureDrafter, ModelDrafter, NgramDrafter, ScheduledDrafter, TreeDrafter
-from .generate import (Generation, Stats, Step, autoregressive_generate, speculative_generate, speculative_step,
-                       tree_step)
-from .models import PAIRS, HubPair, encode_chat, load_hf_pair, load_offline_pair, load_offline_target, load_pair
+from .drafters import (Drafter, FallbackDrafter, FeatureDrafter, ModelDrafter, NgramDrafter, ScheduledDrafter,
+                       TreeDrafter)
+from .generate import (Generation, Stats, Step, autoregressive_generate, speculative_generate,
+                       speculative_step, tree_step)
+from .models import (PAIRS, HubPair, encode_chat, load_hf_pair, load_offline_pair, load_offline_target,
+                     load_pair)
 from .sampling import SamplingConfig, logits_to_probs, sample
 from .models.kernels import kernel_path, prepack_for_cpu
 from .tree import Tree, TreeBudget, verify_tree
@@ -24,9 +26,12 @@ from .verify import accepted_mass, residual, verify
 
 __all__ = [
     "SamplingConfig", "logits_to_probs", "sample", "verify", "residual", "accepted_mass",
-    "speculative_generate", "speculative_step", "tree_step", "autoregressive_generate", "Generation", "Stats", "Step",
-    "CachedModel", "vocab_size", "Drafter", "ModelDrafter", "NgramDrafter", "ScheduledDrafter", "FallbackDrafter", "FeatureDrafter",
-    "encode_chat", "load_offline_pair", "load_offline_target", "load_pair", "load_hf_pair", "PAIRS", "HubPair",
+    "speculative_generate", "speculative_step", "tree_step", "autoregressive_generate",
+    "Generation", "Stats", "Step",
+    "CachedModel", "vocab_size",
+    "Drafter", "ModelDrafter", "NgramDrafter", "ScheduledDrafter", "FallbackDrafter", "FeatureDrafter",
+    "encode_chat", "load_offline_pair", "load_offline_target", "load_pair", "load_hf_pair",
+    "PAIRS", "HubPair",
     "default_device", "synchronize", "time_fn",
     "Tree", "TreeBudget", "verify_tree", "TreeDrafter", "prepack_for_cpu", "kernel_path",
 ]

@@ -82,16 +82,17 @@ class CachedModel:
         self.forward, self.body = model, model.base_model  # the whole model; its body without the LM head
         self.dtype, self.device = next(model.parameters()).dtype, next(model.parameters()).device
         self.head_on_kept_rows = True  # the LM head runs on the `keep` rows only (logits_to_keep)
-        self._finite: torch.Tensor | None = None  # [] float32 sum of every logit so far: NaN or +inf if one was
+        # [] float32 sum of every logit so far: NaN or +inf if one was
+        self._finite: torch.Tensor | None = None
 
     def note_finite(self, logits: torch.Tensor) -> None:  # [k, V]
         """Remember whether these logits are all finite; check at once on a CPU, every 16 passes elsewhere.
 
         -inf is a legitimate logit (probability 0: a reduced draft head gives it to the tokens it never
         proposes); NaN and +inf are not. A float32 sum is NaN or +inf as soon as one term is (sums of logits
-        cannot overflow), and costs one vectorised pass: ~20 times less than `isfinite(logits).all()` on a CPU.
-        On a GPU a check is a host sync, which a per-token check would add to every step; checking every 16th
-        pass, and at the loop's end (`check_finite`), bounds how far a NaN can run before it is refused.
+        cannot overflow), and costs one vectorised pass: ~20 times less than `isfinite(logits).all()` on a
+        CPU. On a GPU a check is a host sync, which a per-token check would add to every step; checking every
+        16th pass, and at the loop's end (`check_finite`), bounds how far a NaN can run before it is refused.
         """
         total = logits.detach().sum(dtype=torch.float32)
         self._finite = total if self._finite is None else self._finite + total
@@ -99,12 +100,15 @@ class CachedModel:
             self.check_finite()
 
     def check_finite(self) -> None:
-        """Refuse NaN or inf logits with the likely cause and the fix, instead of sampling garbage from them."""
+        """Refuse NaN or inf logits with the likely cause and the fix, instead of sampling garbage from
+        them."""
         total = float(self._finite) if self._finite is not None else 0.0
         if math.isnan(total) or total == math.inf:
-            raise ValueError(f"the {self.name}'s logits contain NaN or inf (by context length {self.n_cached}); "
+            raise ValueError(f"the {self.name}'s logits contain NaN or inf "
+                             f"(by context length {self.n_cached}); "
                              f"a float16 overflow? the {self.name} runs in {self.dtype}: load it with "
-                             "dtype=torch.bfloat16 (GPUs of compute capability 8.0 or later) or torch.float32")
+                             "dtype=torch.bfloat16 (GPUs of compute capability 8.0 or later) "
+                             "or torch.float32")
 
     def prepare(self, new: torch.Tensor, kw: dict) -> tuple[torch.Tensor, dict]:  # [q] -> [q], as given
         """The pass's input ids and keyword arguments (a static cache adds positions, may pad the query)."""

@@ -1,7 +1,8 @@
-"""Command line: `python -m specdec_ref` generates and compares; `python -m specdec_ref bench` prints the table.
+"""Command line: `python -m specdec_ref` generates and compares; `python -m specdec_ref bench` prints the
+table.
 
     python -m specdec_ref --prompt "Why is the sea salty?"          # offline pair, greedy
-    python -m specdec_ref --pair qwen2.5 --temperature 0.7           # a Hub pair (needs network, ideally a GPU)
+    python -m specdec_ref --pair qwen2.5 --temperature 0.7  # a Hub pair (needs network, ideally a GPU)
     python -m specdec_ref bench --max-new-tokens 64 --json bench.json --plot bench.png
     python -m specdec_ref diagnose --prompts 4 --json diagnose.json  # will it pay off here? which γ?
 """
@@ -26,11 +27,13 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pair", default="offline",
                    help=f"'offline' (default, no network), 'auto' (by device), or one of {sorted(PAIRS)}")
     p.add_argument("--device", default=None, help="cuda, mps or cpu (default: the pair's choice)")
-    p.add_argument("--gamma", type=int, default=None, help="draft tokens per iteration (γ; default: the draft's own)")
+    p.add_argument("--gamma", type=int, default=None,
+                   help="draft tokens per iteration (γ; default: the draft's own)")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
                    help="model dtype (auto: the fastest the device supports natively)")
     p.add_argument("--draft", default="auto", choices=["auto", "feature", "lm"],
-                   help="offline pair only: the feature-level draft, the small causal LM, or the fastest shipped")
+                   help="offline pair only: the feature-level draft, the small causal LM, "
+                        "or the fastest shipped")
     p.add_argument("--max-new-tokens", type=int, default=96)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-k", type=int, default=None)
@@ -46,15 +49,18 @@ def _load(args):
         warnings.simplefilter("always")
         target, draft, tokenizer = load_pair(args.pair, args.device if args.device else
                                              ("cpu" if args.pair == "offline" else None),
-                                             None if args.dtype == "auto" else getattr(torch, args.dtype), args.draft)
+                                             None if args.dtype == "auto" else getattr(torch, args.dtype),
+                                             args.draft)
     for w in caught:
         if "PLACEHOLDER" in str(w.message):
             print(f"WARNING: {w.message}", file=sys.stderr)
     drafter = as_drafter(draft)
     if not args.gamma:  # the drafter's default for this sampling (chosen by measurement for the feature head)
         sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
-        default = drafter.default_method(sampling) if isinstance(drafter, TreeDrafter) else drafter.default_gamma
-        args.gamma, args.tree = (default, None) if isinstance(default, int) else (drafter.default_gamma, default)
+        default = (drafter.default_method(sampling) if isinstance(drafter, TreeDrafter)
+                   else drafter.default_gamma)
+        args.gamma, args.tree = ((default, None) if isinstance(default, int)
+                                 else (drafter.default_gamma, default))
     print(f"target {str(target.dtype).removeprefix('torch.')} on {next(target.parameters()).device}, "
           f"draft: {type(drafter).__name__}, {method_name(args)}", file=sys.stderr, flush=True)
     return target, draft, tokenizer
@@ -78,8 +84,8 @@ def generate_main(args) -> None:
 
     def progress(step):
         kept = len(step.path) if args.tree is not None else step.n_accepted
-        print(f"\r  speculative: {step.context_len + kept + 1 - ids.shape[1]} tokens ({kept} accepted this step)   ",
-              end="", file=sys.stderr, flush=True)
+        print(f"\r  speculative: {step.context_len + kept + 1 - ids.shape[1]} tokens "
+              f"({kept} accepted this step)   ", end="", file=sys.stderr, flush=True)
 
     print("speculative decoding ...", file=sys.stderr, flush=True)
     method = dict(tree=args.tree) if args.tree is not None else dict(gamma=args.gamma)
@@ -88,7 +94,8 @@ def generate_main(args) -> None:
                                 on_step=progress)
     print("\nplain decoding (for comparison) ...", file=sys.stderr, flush=True)
     plain = autoregressive_generate(target, ids, args.max_new_tokens, sampling=sampling,
-                                    generator=torch.Generator(device).manual_seed(args.seed), eos_token_id=eos)
+                                    generator=torch.Generator(device).manual_seed(args.seed),
+                                    eos_token_id=eos)
     print(tokenizer.decode(spec.tokens, skip_special_tokens=True))
     print("-" * 60)
     s = spec.stats
@@ -96,9 +103,11 @@ def generate_main(args) -> None:
     print(f"τ = {spec.tokens.shape[0] / s.target_calls:.2f} tokens per target pass "
           f"({s.target_calls} target passes speculative vs {plain.stats.target_calls} plain)")
     if args.tree is None:
-        print(f"acceptance rate {s.acceptance_rate:.2f} ({sum(s.accepted)}/{sum(s.drafted)} drafted tokens accepted); "
+        print(f"acceptance rate {s.acceptance_rate:.2f} "
+              f"({sum(s.accepted)}/{sum(s.drafted)} drafted tokens accepted); "
               f"per-token α = {s.alpha:.2f} (discarded tokens not counted)")
-    print(f"speculative: {spec.tokens_per_second:.1f} tokens/s   plain: {plain.tokens_per_second:.1f} tokens/s   "
+    print(f"speculative: {spec.tokens_per_second:.1f} tokens/s   "
+          f"plain: {plain.tokens_per_second:.1f} tokens/s   "
           f"speedup: {spec.tokens_per_second / plain.tokens_per_second:.2f}×")
     if sampling.greedy:
         split = greedy_divergence(target, ids, plain.tokens, spec.tokens)
@@ -138,7 +147,8 @@ def diagnose_main(args) -> None:
     encoded = [encode_chat(tokenizer, p, device) for p in bench.BENCH_PROMPTS[: args.prompts]]
     result = diagnose(target, draft, encoded, gamma_max=args.gamma_max, max_new_tokens=args.max_new_tokens,
                       sampling=SamplingConfig(args.temperature, args.top_k, args.top_p), seed=args.seed,
-                      eos_token_id=tokenizer.eos_token_id, progress=lambda m: print(m, file=sys.stderr, flush=True))
+                      eos_token_id=tokenizer.eos_token_id,
+                      progress=lambda m: print(m, file=sys.stderr, flush=True))
     result["settings"]["pair"] = args.pair
     print(format_report(result))
     if args.json:
@@ -157,10 +167,13 @@ def main(argv: list[str] | None = None) -> None:
     b = sub.add_parser("bench", help="side-by-side benchmark table (plain, ours, HF assisted, formula)")
     _common(b)
     b.add_argument("--prompts", type=int, default=len(bench.BENCH_PROMPTS), help="how many benchmark prompts")
-    b.add_argument("--json", default="bench_results.json", help="where to write the table as JSON ('' for none)")
+    b.add_argument("--json", default="bench_results.json",
+                   help="where to write the table as JSON ('' for none)")
     b.add_argument("--no-hf", action="store_true", help="skip the Hugging Face assisted-generation rows")
-    b.add_argument("--plot", default="", help="also draw the side-by-side figure (chapter 6) to this path, e.g. bench.png")
-    d = sub.add_parser("diagnose", help="measure α, c, t(k), overhead; recommend a γ or say why it won't pay off")
+    b.add_argument("--plot", default="",
+                   help="also draw the side-by-side figure (chapter 6) to this path, e.g. bench.png")
+    d = sub.add_parser("diagnose",
+                       help="measure α, c, t(k), overhead; recommend a γ or say why it won't pay off")
     _common(d)
     d.add_argument("--prompts", type=int, default=4, help="how many benchmark prompts")
     d.add_argument("--gamma-max", type=int, default=8, help="largest γ to consider")

@@ -8,8 +8,8 @@ The loop uses exactly what the `Drafter` protocol below declares, and every draf
 
 A `TreeDrafter` adds `propose_tree(context_ids, shape, sampling, generator, max_depth)` (a static `tree.Tree`
 of sampled children, or an EAGLE-2 dynamic tree grown to a `tree.TreeBudget`) and `default_method(sampling)`,
-what speculative_generate runs when given neither gamma nor tree. The drafter
-writes only its own draft pass over some nodes (`expand`); which nodes and children to keep is `tree.draft_tree`.
+what speculative_generate runs when given neither gamma nor tree. The drafter writes only its own draft pass
+over some nodes (`expand`); which nodes and children to keep is `tree.draft_tree`.
 
 The drafters: `ModelDrafter` (a small causal LM with its own KV cache), `NgramDrafter` (prompt lookup: copy
 what followed the last occurrence of the current n-gram, one-hot draft_probs), `FeatureDrafter` (EAGLE's head
@@ -36,7 +36,8 @@ from .tree import GrowingTree, Tree, TreeBudget, draft_tree, tree_depth, tree_no
 
 @runtime_checkable
 class Drafter(Protocol):
-    """Everything `speculative_step` and `speculative_generate` use of a drafter; nothing else is looked up."""
+    """Everything `speculative_step` and `speculative_generate` use of a drafter; nothing else is looked
+    up."""
     vocab_size: int  # logits per position: must equal the target's
     default_gamma: int  # draft length speculative_generate uses when gamma=None
     wants_target_hidden: bool | tuple[int, ...]  # True: the loop hands sync the target's final hidden states;
@@ -45,11 +46,13 @@ class Drafter(Protocol):
     n_cached: int  # context tokens the drafter's own cache holds (0 for one without a cache)
 
     def propose(self, context_ids: torch.Tensor, gamma: int, sampling: SamplingConfig,
-                generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:  # [T] -> ([≤γ], [≤γ, V])
+                generator: torch.Generator | None,
+                ) -> tuple[torch.Tensor, torch.Tensor]:  # [T] -> ([≤γ], [≤γ, V])
         """Up to γ draft tokens after context_ids, and the distributions they were drawn from."""
         ...
 
-    def sync(self, n_kept: int, target_hidden: torch.Tensor | None = None) -> None:  # target_hidden [n_kept, d]
+    def sync(self, n_kept: int,
+             target_hidden: torch.Tensor | None = None) -> None:  # target_hidden [n_kept, d]
         """The context's first n_kept tokens are settled (0: a new generation): forget anything after them.
 
         target_hidden, for a drafter that wants it, is the target's final hidden state of each kept token.
@@ -62,12 +65,14 @@ class TreeDrafter(Drafter, Protocol):
     """A drafter that can also draft a tree of guesses for one target pass (`generate.tree_step`)."""
 
     def default_method(self, sampling: SamplingConfig) -> int | Tree | TreeBudget:
-        """What speculative_generate runs with neither gamma nor tree: a chain of γ (an int) or a tree shape."""
+        """What speculative_generate runs with neither gamma nor tree: a chain of γ (an int) or a tree
+        shape."""
         ...
 
+    # [T] -> (Tree, [n_nodes+1], [n_nodes+1, V])
     def propose_tree(self, context_ids: torch.Tensor, shape: Tree | TreeBudget, sampling: SamplingConfig,
                      generator: torch.Generator | None = None, max_depth: int | None = None,
-                     ) -> tuple[Tree, torch.Tensor, torch.Tensor | None]:  # [T] -> (Tree, [n_nodes+1], [n_nodes+1, V])
+                     ) -> tuple[Tree, torch.Tensor, torch.Tensor | None]:
         """A tree of guesses after context_ids (node 0 is context_ids[-1]), at most max_depth deep.
 
         Returns the tree, its node tokens and the rows its children were drawn from, or None when they were
@@ -76,7 +81,8 @@ class TreeDrafter(Drafter, Protocol):
         ...
 
 
-DRAFTER_MEMBERS = ("propose", "sync", "vocab_size", "default_gamma", "wants_target_hidden", "calls", "n_cached")
+DRAFTER_MEMBERS = ("propose", "sync", "vocab_size", "default_gamma", "wants_target_hidden", "calls",
+                   "n_cached")
 TREE_MEMBERS = ("propose_tree", "default_method")
 
 
@@ -85,17 +91,20 @@ def missing_members(drafter, members: tuple[str, ...] = DRAFTER_MEMBERS) -> list
 
 
 def as_drafter(draft) -> Drafter:
-    """A Hugging Face model becomes a ModelDrafter; anything else must implement the whole `Drafter` contract."""
+    """A Hugging Face model becomes a ModelDrafter; anything else must implement the whole `Drafter`
+    contract."""
     if isinstance(draft, torch.nn.Module):
         return ModelDrafter(draft)
     missing = missing_members(draft)
     if missing:
-        raise ValueError(f"{type(draft).__name__} lacks {', '.join(missing)}: see specdec_ref.Drafter for the "
-                         "members the loop uses (or pass a Hugging Face causal LM as the draft)")
+        raise ValueError(f"{type(draft).__name__} lacks {', '.join(missing)}: "
+                         "see specdec_ref.Drafter for the members the loop uses "
+                         "(or pass a Hugging Face causal LM as the draft)")
     return draft
 
 
-def root_only(context_ids: torch.Tensor) -> tuple[Tree, torch.Tensor, None]:  # [T] -> (no drafted node, [1], None)
+def root_only(context_ids: torch.Tensor,
+              ) -> tuple[Tree, torch.Tensor, None]:  # [T] -> (no drafted node, [1], None)
     return Tree((-1,)), context_ids[-1:], None
 
 
@@ -104,7 +113,8 @@ def check_confidence_stop(confidence_stop: float | None) -> None:
         raise ValueError(f"confidence_stop must be a probability in [0, 1] (or None), got {confidence_stop}")
 
 
-def empty_proposal(context_ids: torch.Tensor, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:  # -> ([0], [0, V])
+def empty_proposal(context_ids: torch.Tensor,
+                   vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:  # -> ([0], [0, V])
     return context_ids[:0], torch.zeros(0, vocab_size, device=context_ids.device)
 
 
@@ -144,7 +154,8 @@ class ModelDrafter:
         seq = torch.cat([context_ids, context_ids.new_zeros(gamma)])  # [T + γ], filled in as we draft
         probs = []
         for i in range(gamma):
-            logits = self.lm.logits(seq[:T + i], keep=1)[0]  # [V]: the cache has seq[:T+i-1], so one new token
+            # [V]: the cache has seq[:T+i-1], so one new token
+            logits = self.lm.logits(seq[:T + i], keep=1)[0]
             p = logits_to_probs(logits, sampling)  # [V], the same helper the target uses
             seq[T + i] = sample(p, generator)
             probs.append(p)
@@ -152,8 +163,10 @@ class ModelDrafter:
                 break  # the draft's own (T=1) confidence is low here, even when greedy: stop drafting
         return seq[T:T + len(probs)], torch.stack(probs)  # [≤γ], [≤γ, V]
 
-    def propose_tree(self, context_ids, shape, sampling, generator=None, max_depth=None):  # [T] -> (Tree, [n_nodes+1], q)
-        """A tree from this LM, one draft pass per depth over the nodes being expanded (`tree.draft_tree`)."""
+    def propose_tree(self, context_ids, shape, sampling, generator=None,
+                     max_depth=None):  # [T] -> (Tree, [n_nodes+1], q)
+        """A tree from this LM, one draft pass per depth over the nodes being expanded
+        (`tree.draft_tree`)."""
         T = context_ids.shape[0]
         if tree_depth(shape, max_depth) == 0:
             return root_only(context_ids)
@@ -167,8 +180,8 @@ class ModelDrafter:
             return self.lm.logits(flat, position_ids=tree_node_positions(g, nodes, T, context_ids.device),
                                   attention_mask=mask)
 
-        tree, tokens, draft_probs = draft_tree(shape, int(context_ids[-1]), root_logits, expand, sampling, generator,
-                                               max_depth)
+        tree, tokens, draft_probs = draft_tree(shape, int(context_ids[-1]), root_logits, expand, sampling,
+                                               generator, max_depth)
         self.lm.rollback(T)  # forget the guesses; the accepted ones are fed as context next time
         return tree, context_ids.new_tensor(tokens), draft_probs
 
@@ -216,8 +229,10 @@ class NgramDrafter:
         probs = torch.zeros(tokens.shape[0], self.vocab_size, device=context_ids.device)
         return tokens, probs.scatter_(1, tokens[:, None], 1.0)  # one-hot rows
 
-    def propose_tree(self, context_ids, shape, sampling, generator=None, max_depth=None):  # [T] -> (Tree, [n+1], None)
-        """A lookup has one guess per position: a chain as deep as the shape allows, judged as point masses."""
+    def propose_tree(self, context_ids, shape, sampling, generator=None,
+                     max_depth=None):  # [T] -> (Tree, [n+1], None)
+        """A lookup has one guess per position: a chain as deep as the shape allows, judged as point
+        masses."""
         self.calls += 1
         tokens = self.lookup(context_ids, tree_depth(shape, max_depth))
         return Tree.chain(tokens.shape[0]), torch.cat([context_ids[-1:], tokens]), None
@@ -277,8 +292,10 @@ class ScheduledDrafter:
         self._proposed = (context_ids.shape[0], tokens.shape[0])
         return tokens, probs
 
-    def propose_tree(self, context_ids, shape, sampling, generator=None, max_depth=None):  # [T] -> (Tree, [n+1], q)
-        return self.drafter.propose_tree(context_ids, shape, sampling, generator, max_depth)  # the schedule: chains
+    def propose_tree(self, context_ids, shape, sampling, generator=None,
+                     max_depth=None):  # [T] -> (Tree, [n+1], q)
+        # the schedule: chains
+        return self.drafter.propose_tree(context_ids, shape, sampling, generator, max_depth)
 
     def sync(self, n_kept: int, target_hidden: torch.Tensor | None = None) -> None:
         context_len, proposed = self._proposed
@@ -286,7 +303,8 @@ class ScheduledDrafter:
             self.num_tokens, self.history = self.start, []
         elif proposed > 0:  # nothing proposed is no evidence either way
             all_accepted = n_kept - context_len == proposed  # the loop keeps context + accepted
-            self.num_tokens = self.num_tokens + self.grow if all_accepted else max(1, self.num_tokens - self.shrink)
+            self.num_tokens = (self.num_tokens + self.grow if all_accepted
+                               else max(1, self.num_tokens - self.shrink))
         self._proposed = (0, 0)
         self.drafter.sync(n_kept, target_hidden)
 
@@ -295,17 +313,18 @@ class FeatureDrafter:
     """EAGLE-style drafting from the target's own hidden states (a `models.feature_draft.FeatureHead`).
 
     The loop hands it, after every verification, the target's final hidden states of all kept tokens
-    (`sync(n_kept, target_hidden)`). Position j of its small cache pairs the target's feature h_j with token x_{j+1}; only pairs
-    built from real target features stay cached, the guesses made while drafting are cropped at once
-    (EAGLE's "stable" cache). Before the target has run at all there are no features, so the first
-    iteration proposes nothing: it is the target's prefill.
+    (`sync(n_kept, target_hidden)`). Position j of its small cache pairs the target's feature h_j with token
+    x_{j+1}; only pairs built from real target features stay cached, the guesses made while drafting are
+    cropped at once (EAGLE's "stable" cache). Before the target has run at all there are no features, so
+    the first iteration proposes nothing: it is the target's prefill.
     """
     def __init__(self, head, default_gamma: int = 3, *, default_tree=None, defaults: dict | None = None,
                  confidence_stop: float | None = None):
         check_confidence_stop(confidence_stop)
         self.head, self.default_gamma, self.confidence_stop = head, default_gamma, confidence_stop
         self.default_tree = default_tree  # a TreeBudget: what speculative_generate runs when gamma is None
-        self.defaults = defaults  # {"greedy": method, "sampled": method} chosen by measurement (models.method)
+        # {"greedy": method, "sampled": method} chosen by measurement (models.method)
+        self.defaults = defaults
         self.vocab_size = head.vocab_size
         # the target's final features, or the layers the head fuses
         self.wants_target_hidden = getattr(head, "fuse_layers", ()) or True
@@ -340,7 +359,8 @@ class FeatureDrafter:
         return torch.cat(tokens), torch.stack(probs)  # [≤γ], [≤γ, V]
 
     def feed_context(self, context_ids: torch.Tensor) -> torch.Tensor:  # [T] -> [d]
-        """Cache the pairs (h_j, x_{j+1}) not fed yet, j < T - 1; return the last one's output: a guess of h_{T-1}."""
+        """Cache the pairs (h_j, x_{j+1}) not fed yet, j < T - 1; return the last one's output: a guess of
+        h_{T-1}."""
         T = context_ids.shape[0]
         self.cache = self.cache if self.cache is not None else DynamicCache()
         h, x = self.features[self.n_fed:T - 1], context_ids[self.n_fed + 1:T]  # [m, d], [m]
@@ -348,13 +368,16 @@ class FeatureDrafter:
         self.calls += 1
         return self.head(h[None], x[None], self.cache)[0, -1]  # [1, m, d] -> [d]
 
-    def propose_tree(self, context_ids, shape, sampling, generator=None, max_depth=None):  # [T] -> (Tree, [n+1], q)
-        """A tree from the head, one head pass per depth, its own guessed features fed back (`tree.draft_tree`)."""
+    def propose_tree(self, context_ids, shape, sampling, generator=None,
+                     max_depth=None):  # [T] -> (Tree, [n+1], q)
+        """A tree from the head, one head pass per depth, its own guessed features fed back
+        (`tree.draft_tree`)."""
         if self.features is None or tree_depth(shape, max_depth) == 0:  # no target features yet: the prefill
             return root_only(context_ids)
         feature = {0: self.feed_context(context_ids)}  # node -> the head's output there ([d], a guess of h)
         fed, dtype = [], self.head.fc.weight.dtype
-        # growth only ranks children: the head's own K-token vocabulary will do; a static tree needs [k, V] rows
+        # growth only ranks children: the head's own K-token vocabulary will do; a static tree needs
+        # [k, V] rows
         scores = self.head.reduced_logits if isinstance(shape, TreeBudget) else self.head.logits
 
         def expand(g: GrowingTree, nodes: list[int]) -> torch.Tensor:  # -> [len(nodes), V]
@@ -378,7 +401,8 @@ class FeatureDrafter:
         if n_kept == 0:
             self.cache, self.n_fed, self.features = None, 0, None
             return
-        if n_kept - 1 < self.n_fed:  # the cache pairs (h_j, x_{j+1}) for j < n_fed: drop those past the kept tokens
+        # the cache pairs (h_j, x_{j+1}) for j < n_fed: drop those past the kept tokens
+        if n_kept - 1 < self.n_fed:
             self.cache.crop(-(self.n_fed - (n_kept - 1)))
             self.n_fed = n_kept - 1
         self.features = target_hidden
@@ -387,23 +411,26 @@ class FeatureDrafter:
 class FallbackDrafter:
     """Several drafters in order of preference: the first that proposes anything drafts this iteration.
 
-    `FallbackDrafter(NgramDrafter(V), ModelDrafter(draft))` copies from the context when it can (free) and asks
-    the model draft only when lookup finds nothing. Which drafter speaks depends on the context alone, never on
-    the target's random draws, so verification stays exact. Every drafter is rolled back each iteration, so a
-    model draft that sat idle catches up on the tokens it missed the next time it is asked.
+    `FallbackDrafter(NgramDrafter(V), ModelDrafter(draft))` copies from the context when it can (free) and
+    asks the model draft only when lookup finds nothing. Which drafter speaks depends on the context alone,
+    never on the target's random draws, so verification stays exact. Every drafter is rolled back each
+    iteration, so a model draft that sat idle catches up on the tokens it missed the next time it is asked.
     """
 
     def __init__(self, *drafters: Drafter, default_tree=None):
         if not drafters:
-            raise ValueError("FallbackDrafter needs at least one drafter, e.g. FallbackDrafter(NgramDrafter(V), model)")
+            raise ValueError("FallbackDrafter needs at least one drafter, "
+                             "e.g. FallbackDrafter(NgramDrafter(V), model)")
         self.drafters = [as_drafter(d) for d in drafters]  # a bare HF model works
         sizes = {d.vocab_size for d in self.drafters}
         if len(sizes) > 1:
-            raise ValueError(f"the drafters' vocabularies differ ({sorted(sizes)}); they must share the target's")
+            raise ValueError(f"the drafters' vocabularies differ ({sorted(sizes)}); "
+                             "they must share the target's")
         self.vocab_size = self.drafters[0].vocab_size
         self.default_gamma = self.drafters[0].default_gamma
         self.default_tree = default_tree  # a TreeBudget, or None: a chain of default_gamma
-        wanted = {d.wants_target_hidden for d in self.drafters if d.wants_target_hidden}  # True, or layer indices
+        # True, or layer indices
+        wanted = {d.wants_target_hidden for d in self.drafters if d.wants_target_hidden}
         if len(wanted) > 1:
             raise ValueError(f"the feature drafters read different target layers ({wanted}); use one kind")
         self.wants_target_hidden = wanted.pop() if wanted else False
@@ -427,9 +454,11 @@ class FallbackDrafter:
                 self.used.append(i)
                 return tokens, probs
 
-    def propose_tree(self, context_ids, shape, sampling, generator=None, max_depth=None):  # [T] -> (Tree, [n+1], q)
+    def propose_tree(self, context_ids, shape, sampling, generator=None,
+                     max_depth=None):  # [T] -> (Tree, [n+1], q)
         for i, drafter in enumerate(self.drafters):
-            tree, tokens, draft_probs = drafter.propose_tree(context_ids, shape, sampling, generator, max_depth)
+            tree, tokens, draft_probs = drafter.propose_tree(context_ids, shape, sampling, generator,
+                                                             max_depth)
             if tree.size or i == len(self.drafters) - 1:
                 self.used.append(i)
                 return tree, tokens, draft_probs

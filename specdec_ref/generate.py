@@ -54,9 +54,11 @@ class Step:
     """
     context_len: int  # tokens in the sequence before this iteration
     draft_tokens: torch.Tensor  # [γ] proposed tokens (a tree: [n_nodes], the drafted nodes breadth first)
-    draft_probs: torch.Tensor | None  # [γ, V] distributions they were sampled from (a tree: [n_nodes+1, V], or
-    # None when its children were chosen deterministically: top-k or a lookup, judged as point masses)
-    target_probs: torch.Tensor  # [γ+1, V] the target's distributions at the same positions (a tree: [n_nodes+1, V])
+    # [γ, V] distributions they were sampled from (a tree: [n_nodes+1, V], or None when its children were
+    # chosen deterministically: top-k or a lookup, judged as point masses)
+    draft_probs: torch.Tensor | None
+    # [γ+1, V] the target's distributions at the same positions (a tree: [n_nodes+1, V])
+    target_probs: torch.Tensor
     n_accepted: int  # length of the accepted prefix (a tree: of the accepted path)
     next_token: int  # the replacement (if n_accepted < γ) or bonus token (if n_accepted == γ)
     target_cache_before: int  # tokens in the target's KV cache after scoring, before rollback
@@ -93,9 +95,11 @@ def check_inputs(model, input_ids, max_new_tokens: int, sampling: SamplingConfig
     if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
     if not torch.is_tensor(input_ids) or input_ids.dim() != 2:
-        raise ValueError(f"input_ids must be a [1, T] LongTensor, got {getattr(input_ids, 'shape', type(input_ids))}")
+        raise ValueError(f"input_ids must be a [1, T] LongTensor, "
+                         f"got {getattr(input_ids, 'shape', type(input_ids))}")
     if input_ids.shape[0] != 1:
-        raise ValueError(f"input_ids must hold exactly one sequence (batch size 1), got batch size {input_ids.shape[0]}")
+        raise ValueError(f"input_ids must hold exactly one sequence (batch size 1), "
+                         f"got batch size {input_ids.shape[0]}")
     if input_ids.shape[1] == 0:
         raise ValueError("the prompt is empty: input_ids must contain at least one token")
     if input_ids.dtype not in (torch.long, torch.int32, torch.int64):
@@ -103,21 +107,25 @@ def check_inputs(model, input_ids, max_new_tokens: int, sampling: SamplingConfig
     V = vocab_size(model)
     lo, hi = int(input_ids.min()), int(input_ids.max())
     if lo < 0 or hi >= V:
-        raise ValueError(f"token ids must lie in [0, {V}) for the {name}'s vocabulary, got ids in [{lo}, {hi}]")
+        raise ValueError(f"token ids must lie in [0, {V}) for the {name}'s vocabulary, "
+                         f"got ids in [{lo}, {hi}]")
     n_ctx = context_length(model)
     if n_ctx is not None and input_ids.shape[1] + max_new_tokens > n_ctx:
         raise ValueError(f"prompt ({input_ids.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) exceeds "
-                         f"the {name}'s context of {n_ctx} tokens; shorten the prompt or ask for fewer tokens")
+                         f"the {name}'s context of {n_ctx} tokens; "
+                         "shorten the prompt or ask for fewer tokens")
 
 
 def check_generator(generator: torch.Generator | None, device: torch.device) -> None:
-    """torch samples with a generator only on the generator's own device: say so up front, not deep inside torch."""
+    """torch samples with a generator only on the generator's own device: say so up front, not deep inside
+    torch."""
     if generator is not None and torch.device(generator.device).type != torch.device(device).type:
         raise ValueError(f"the generator is on {generator.device} but the models' inputs are on {device}; "
                          f"create it there: torch.Generator(device={str(device)!r}).manual_seed(seed)")
 
 
-def trim_new_tokens(tokens: torch.Tensor, n_prompt: int, max_new_tokens: int, eos_token_id) -> tuple[torch.Tensor, bool]:
+def trim_new_tokens(tokens: torch.Tensor, n_prompt: int, max_new_tokens: int,
+                    eos_token_id) -> tuple[torch.Tensor, bool]:
     """Cut the new tokens at max_new_tokens and right after the first EOS; say whether to stop."""
     new = tokens[n_prompt:n_prompt + max_new_tokens]
     if eos_token_id is not None:
@@ -129,8 +137,9 @@ def trim_new_tokens(tokens: torch.Tensor, n_prompt: int, max_new_tokens: int, eo
 
 @torch.inference_mode()
 def autoregressive_generate(model, input_ids: torch.Tensor, max_new_tokens: int, *,
-                            sampling: SamplingConfig = SamplingConfig(), generator: torch.Generator | None = None,
-                            eos_token_id: int | None = None, cache: str = "dynamic") -> Generation:  # [1, T] -> [n_new]
+                            sampling: SamplingConfig = SamplingConfig(),
+                            generator: torch.Generator | None = None, eos_token_id: int | None = None,
+                            cache: str = "dynamic") -> Generation:  # [1, T] -> [n_new]
     """The baseline: one target forward pass per new token. cache: see `cache.cached_model`."""
     check_inputs(model, input_ids, max_new_tokens, sampling, "model")
     check_generator(generator, input_ids.device)
@@ -163,7 +172,8 @@ def speculative_step(target_lm: CachedModel, drafter: Drafter, tokens: torch.Ten
     cache_before = target_lm.n_cached, drafter.n_cached
     new_tokens = torch.cat([tokens, draft_tokens[:n], next_token])  # [T + n + 1]
     target_lm.rollback(new_tokens.shape[0] - 1)
-    drafter.sync(new_tokens.shape[0] - 1, target_lm.hidden)  # hidden [T + n, d] if the drafter asked for it, else None
+    # hidden [T + n, d] if the drafter asked for it, else None
+    drafter.sync(new_tokens.shape[0] - 1, target_lm.hidden)
     step = Step(context_len=tokens.shape[0], draft_tokens=draft_tokens, draft_probs=draft_probs,
                 target_probs=target_probs, n_accepted=n, next_token=int(next_token),
                 target_cache_before=cache_before[0], target_cache_after=target_lm.n_cached,
@@ -174,16 +184,19 @@ def speculative_step(target_lm: CachedModel, drafter: Drafter, tokens: torch.Ten
 def tree_step(target_lm: CachedModel, drafter: TreeDrafter, tokens: torch.Tensor, shape: Tree | TreeBudget,
               sampling: SamplingConfig, generator: torch.Generator | None, max_depth: int | None = None,
               ) -> tuple[torch.Tensor, Step]:  # [T] -> ([T + len(path) + 1], Step)
-    """One iteration with a tree: draft it, score every node in one target pass, keep an exact path, roll back."""
+    """One iteration with a tree: draft it, score every node in one target pass, keep an exact path, roll
+    back."""
     T = tokens.shape[0]
     # 1. the drafter drafts a tree: node 0 is the last context token, nodes 1..|𝒯| are guesses
     tree, node_tokens, draft_probs = drafter.propose_tree(tokens, shape, sampling, generator, max_depth)
     N = tree.size  # |𝒯|, n_nodes in the shape comments
     # 2. the target scores every node in one pass: each row sees the context and its own ancestors only
     flat, start = torch.cat([tokens, node_tokens[1:]]), target_lm.n_cached  # [T + n_nodes]
-    mask = tree_attention_mask(tree, T, start, T + N, target_lm.dtype, tokens.device)  # [1, 1, q, T + n_nodes]
+    # [1, 1, q, T + n_nodes]
+    mask = tree_attention_mask(tree, T, start, T + N, target_lm.dtype, tokens.device)
     positions = tree_position_ids(tree, T, start, T + N, tokens.device)  # [q]
-    target_logits = target_lm.logits(flat, keep=N + 1, position_ids=positions, attention_mask=mask)  # [n_nodes+1, V]
+    # [n_nodes+1, V]
+    target_logits = target_lm.logits(flat, keep=N + 1, position_ids=positions, attention_mask=mask)
     target_probs = logits_to_probs(target_logits, sampling)  # [n_nodes+1, V]
     # 3. walk down the tree, keeping an exact path, plus one replacement or bonus token
     if draft_probs is not None:
@@ -194,21 +207,23 @@ def tree_step(target_lm: CachedModel, drafter: TreeDrafter, tokens: torch.Tensor
     target_lm.keep_rows(T, [T - 1 + i for i in path])
     new_tokens = torch.cat([tokens, node_tokens[path], next_token])  # [T + len(path) + 1]
     drafter.sync(new_tokens.shape[0] - 1, target_lm.hidden)
-    step = Step(context_len=T, draft_tokens=node_tokens[1:], draft_probs=draft_probs, target_probs=target_probs,
-                n_accepted=len(path), next_token=int(next_token), target_cache_before=cache_before[0],
-                target_cache_after=target_lm.n_cached, draft_cache_before=cache_before[1],
-                draft_cache_after=drafter.n_cached, tree=tree, path=path)
+    step = Step(context_len=T, draft_tokens=node_tokens[1:], draft_probs=draft_probs,
+                target_probs=target_probs, n_accepted=len(path), next_token=int(next_token),
+                target_cache_before=cache_before[0], target_cache_after=target_lm.n_cached,
+                draft_cache_before=cache_before[1], draft_cache_after=drafter.n_cached, tree=tree, path=path)
     return new_tokens, step
 
 
 def as_method(drafter: Drafter, gamma: int | None, tree, sampling: SamplingConfig) -> int | Tree | TreeBudget:
-    """What each iteration drafts: a chain of γ (an int), a static Tree, or a TreeBudget; with neither gamma nor
-    tree, the drafter's `default_method(sampling)` (a chain of its `default_gamma` for a chain-only drafter)."""
+    """What each iteration drafts: a chain of γ (an int), a static Tree, or a TreeBudget; with neither gamma
+    nor tree, the drafter's `default_method(sampling)` (a chain of its `default_gamma` for a chain-only
+    drafter)."""
     if gamma is not None and tree is not None:
-        raise ValueError("give gamma (a chain) or tree (a Tree, branching factors such as (2, 2), or a TreeBudget), "
-                         "not both")
+        raise ValueError("give gamma (a chain) or tree (a Tree, branching factors such as (2, 2), "
+                         "or a TreeBudget), not both")
     if gamma is None and tree is None:
-        default = drafter.default_method(sampling) if isinstance(drafter, TreeDrafter) else drafter.default_gamma
+        default = (drafter.default_method(sampling) if isinstance(drafter, TreeDrafter)
+                   else drafter.default_gamma)
         gamma, tree = (default, None) if isinstance(default, int) else (None, default)
     if tree is None:
         if not isinstance(gamma, int) or isinstance(gamma, bool) or gamma < 1:
@@ -238,7 +253,8 @@ def check_speculative_inputs(target, drafter: Drafter, input_ids: torch.Tensor, 
     if isinstance(drafter, ModelDrafter):
         check_inputs(drafter.lm.model, input_ids, max_new_tokens, sampling, "draft")
     if drafter.vocab_size != vocab_size(target):
-        raise ValueError(f"draft and target vocabularies differ ({drafter.vocab_size} vs {vocab_size(target)}); "
+        raise ValueError(f"draft and target vocabularies differ "
+                         f"({drafter.vocab_size} vs {vocab_size(target)}); "
                          "they must share a tokenizer (slice padded heads to the tokenizer's length)")
     method = as_method(drafter, gamma, tree, sampling)
     if isinstance(method, Tree) and sampling.greedy:
@@ -250,22 +266,24 @@ def check_speculative_inputs(target, drafter: Drafter, input_ids: torch.Tensor, 
 
 
 @torch.inference_mode()
-def speculative_generate(target, draft, input_ids: torch.Tensor, max_new_tokens: int, *, gamma: int | None = None,
-                         tree: Tree | Sequence[int] | TreeBudget | None = None,
-                         sampling: SamplingConfig = SamplingConfig(), generator: torch.Generator | None = None,
-                         eos_token_id: int | None = None, on_step: Callable[[Step], None] | None = None,
+def speculative_generate(target, draft, input_ids: torch.Tensor, max_new_tokens: int, *,
+                         gamma: int | None = None, tree: Tree | Sequence[int] | TreeBudget | None = None,
+                         sampling: SamplingConfig = SamplingConfig(),
+                         generator: torch.Generator | None = None, eos_token_id: int | None = None,
+                         on_step: Callable[[Step], None] | None = None,
                          cache: str = "dynamic") -> Generation:  # [1, T] -> [n_new]
     """Draft cheaply, verify in one target pass, keep an exact prefix, repeat.
 
     `draft` is a Hugging Face causal LM or any `Drafter`. gamma drafts a chain of γ tokens per iteration;
     tree drafts a tree instead: a `TreeBudget` (EAGLE-2's dynamic tree, from any `TreeDrafter`), or a static
     `Tree` / branching factors such as (2, 2) (sampled children, SpecInfer's rule). With neither, the
-    drafter's own `default_method(sampling)` (chosen by measurement for the offline pair's head). `on_step` sees
-    every iteration's `Step`. cache chooses the target's KV cache: "dynamic", "static" (preallocated) or
+    drafter's own `default_method(sampling)` (chosen by measurement for the offline pair's head). `on_step`
+    sees every iteration's `Step`. cache chooses the target's KV cache: "dynamic", "static" (preallocated) or
     "compiled" (static + CUDA graphs), see `cache.cached_model`; the loop is the same for all of them.
     """
     drafter = as_drafter(draft)
-    method = check_speculative_inputs(target, drafter, input_ids, max_new_tokens, gamma, tree, sampling, generator)
+    method = check_speculative_inputs(target, drafter, input_ids, max_new_tokens, gamma, tree, sampling,
+                                      generator)
     drafter.sync(0)  # a drafter object may be reused across calls: start from an empty cache
     t0 = start_timer(input_ids.device)
     rows = rows_per_pass(method) + 1  # every target pass after the prefill: this many rows (compiled: padded)
@@ -276,7 +294,8 @@ def speculative_generate(target, draft, input_ids: torch.Tensor, max_new_tokens:
     while not done:
         room = max_new_tokens - new.shape[0] - 1  # never draft past max_new_tokens
         if isinstance(method, int):
-            tokens, step = speculative_step(target_lm, drafter, tokens, min(method, room), sampling, generator)
+            tokens, step = speculative_step(target_lm, drafter, tokens, min(method, room), sampling,
+                                            generator)
         else:
             tokens, step = tree_step(target_lm, drafter, tokens, method, sampling, generator, max_depth=room)
         stats.accepted.append(step.n_accepted)

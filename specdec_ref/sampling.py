@@ -69,8 +69,8 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> tor
     if int(token) == probs.shape[-1]:  # rounding put u at the total: take the last token with p > 0
         positive = (probs > 0).nonzero()
         if not bool(torch.isfinite(cdf[-1])) or positive.numel() == 0:
-            raise ValueError("cannot sample: the probabilities hold NaN or inf, or no positive mass; the logits they "
-                             "came from were not finite (a float16 overflow? load the model in torch.bfloat16 or "
-                             "torch.float32)")
+            raise ValueError("cannot sample: the probabilities hold NaN or inf, or no positive mass; "
+                             "the logits they came from were not finite "
+                             "(a float16 overflow? load the model in torch.bfloat16 or torch.float32)")
         token = positive[-1]
     return token

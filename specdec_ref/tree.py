@@ -1,4 +1,5 @@
-"""Trees of guesses: their shapes, their attention masks, how a draft fills them, and the one rule that verifies them.
+"""Trees of guesses: their shapes, their attention masks, how a draft fills them, and the one rule that
+verifies them.
 
 A chain drafts one guess per position; when the first guess is wrong, everything after it is lost.
 A tree drafts several candidates per position (siblings), each with its own continuation, and the
@@ -60,9 +61,11 @@ class Tree:
 
     @classmethod
     def from_branching(cls, branching: Sequence[int]) -> Tree:
-        """(2, 2, 1): the root has 2 children, each of those 2, each of those 1 (4 leaves, 10 drafted nodes)."""
+        """(2, 2, 1): the root has 2 children, each of those 2, each of those 1 (4 leaves, 10 drafted
+        nodes)."""
         if not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in branching):
-            raise ValueError(f"branching factors must be integers >= 1, one per depth, got {tuple(branching)!r}")
+            raise ValueError(f"branching factors must be integers >= 1, one per depth, "
+                             f"got {tuple(branching)!r}")
         parents, level = [-1], [0]
         for b in branching:
             new_level = []
@@ -122,7 +125,8 @@ def as_tree(tree: Tree | Sequence[int]) -> Tree:
     if isinstance(tree, Tree):
         return tree
     if not isinstance(tree, Sequence) or len(tree) == 0:
-        raise ValueError(f"tree must be a Tree or a non-empty sequence of branching factors like (2, 2), got {tree!r}")
+        raise ValueError(f"tree must be a Tree or a non-empty sequence of branching factors like (2, 2), "
+                         f"got {tree!r}")
     return Tree.from_branching(tree)
 
 
@@ -131,7 +135,8 @@ class TreeBudget:
     """EAGLE-2's three knobs: how deep the draft looks, how wide, and how many nodes the target verifies."""
     depth: int = 4  # draft passes per iteration, the deepest a node can be
     topk: int = 4  # children per expanded node, and nodes expanded per depth
-    n_nodes: int = 12  # |𝒯|, the drafted nodes the target scores in its one pass (the best by draft confidence)
+    # |𝒯|, the drafted nodes the target scores in its one pass (the best by draft confidence)
+    n_nodes: int = 12
 
     def __post_init__(self):
         for name in ("depth", "topk", "n_nodes"):
@@ -163,25 +168,8 @@ def tree_depth(shape: Tree | TreeBudget, max_depth: int | None = None) -> int:
     return depth if max_depth is None else max(0, min(depth, max_depth))
 
 
-@dataclass
-class GrowingTree:
-    """The nodes drafted so far, in the order they were made; node 0 is the root (the last context token)."""
-    parents: list[int]  # parent of every node (-1 for the root)
-    tokens: list[int]  # token of every node
-    depth: list[int]  # depth of every node
-    score: list[float]  # cumulative draft log-probability of the path to every node (0 at the root)
-
-    def ancestors(self, node: int) -> list[int]:
-        """node and its ancestors, root excluded."""
-        out = []
-        while node > 0:
-            out.append(node)
-            node = self.parents[node]
-        return out
-
-
-# Draft logits [n, V], or, for growth, (logits [n, K], token ids [K]) over a draft's own reduced vocabulary: the
-# tokens left out have probability 0, and ranking K columns instead of V saves the vocabulary-wide work.
+# Draft logits [n, V], or, for growth, (logits [n, K], token ids [K]) over a draft's own reduced vocabulary:
+# the tokens left out have probability 0, and ranking K columns instead of V saves the vocabulary-wide work.
 DraftLogits = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
 # A draft pass over some nodes of a growing tree: -> their logits. Each drafter writes its own (it knows its
 # cache); the tree rules below only decide which nodes to expand and which children to keep.
@@ -205,7 +193,8 @@ def tree_attention_mask(tree: Tree, context_len: int, start: int, stop: int, dty
     def node(i):  # flattened index -> node id; every context token maps to 0, the root
         return (i - T + 1).clamp(min=0)
 
-    allowed = ((key < T) & (key <= query)) | ((key >= T) & tree.ancestry(device)[node(query), node(key)])  # [q, k]
+    # [q, k]
+    allowed = ((key < T) & (key <= query)) | ((key >= T) & tree.ancestry(device)[node(query), node(key)])
     return additive_mask(allowed, dtype)[None, None]  # [q, k] -> [1, 1, q, k]
 
 
@@ -219,8 +208,8 @@ def tree_position_ids(tree: Tree, context_len: int, start: int, stop: int,
 
 def tree_rows_mask(g: GrowingTree, fed: list[int], new: list[int], n_prefix: int, dtype: torch.dtype,
                    device=None) -> torch.Tensor:  # -> [1, 1, len(new), n_prefix + len(fed) + len(new)]
-    """Additive mask for a draft pass over `new` nodes whose cache already holds n_prefix context rows and then
-    the `fed` nodes: a node sees the context, and among the drafted nodes only itself and its ancestors.
+    """Additive mask for a draft pass over `new` nodes whose cache already holds n_prefix context rows and
+    then the `fed` nodes: a node sees the context, and among the drafted nodes only itself and its ancestors.
 
     The drafted part is a few rows and columns, decided in Python and sent to the device in one copy.
     """
@@ -232,8 +221,10 @@ def tree_rows_mask(g: GrowingTree, fed: list[int], new: list[int], n_prefix: int
     return additive_mask(allowed, dtype)[None, None]
 
 
-def tree_node_positions(g: GrowingTree, nodes: list[int], n_prefix: int, device=None) -> torch.Tensor:  # -> [len(nodes)]
-    """Position id of each node for a draft pass: a node at depth d follows the n_prefix context rows by d - 1."""
+def tree_node_positions(g: GrowingTree, nodes: list[int], n_prefix: int,
+                        device=None) -> torch.Tensor:  # -> [len(nodes)]
+    """Position id of each node for a draft pass: a node at depth d follows the n_prefix context rows by
+    d - 1."""
     return torch.tensor([n_prefix - 1 + g.depth[v] for v in nodes], device=device)
 
 
@@ -241,10 +232,12 @@ def tree_node_positions(g: GrowingTree, nodes: list[int], n_prefix: int, device=
 # Drafting a tree: which nodes to expand, which children to keep
 # ----------------------------------------------------------------------------------------------
 
+# [V] -> (Tree, tokens [n_nodes+1], [n_nodes+1, V])
 def draft_tree(shape: Tree | TreeBudget, root_token: int, root_logits: DraftLogits, expand: Expand,
                sampling: SamplingConfig, generator: torch.Generator | None, max_depth: int | None = None,
-               ) -> tuple[Tree, list[int], torch.Tensor | None]:  # [V] -> (Tree, tokens [n_nodes+1], [n_nodes+1, V])
-    """A tree of guesses after the root, at most max_depth deep: grown (`TreeBudget`) or filled (a static `Tree`).
+               ) -> tuple[Tree, list[int], torch.Tensor | None]:
+    """A tree of guesses after the root, at most max_depth deep: grown (`TreeBudget`) or filled (a static
+    `Tree`).
 
     Returns the tree, every node's token (node 0 is root_token), and the rows the children were drawn from:
     draft_probs for sampled children, or None when the children are chosen deterministically (the draft's
@@ -272,7 +265,8 @@ def draft_children(draft_probs: torch.Tensor, draft_logits: torch.Tensor, k: int
     return torch.multinomial(draft_probs, k, replacement=True, generator=generator)  # [k]
 
 
-def fill_tree(tree: Tree, root_token: int, root_logits: torch.Tensor, expand: Expand, sampling: SamplingConfig,
+def fill_tree(tree: Tree, root_token: int, root_logits: torch.Tensor, expand: Expand,
+              sampling: SamplingConfig,
               generator: torch.Generator | None) -> tuple[Tree, list[int], torch.Tensor | None]:  # [V] -> ...
     """Draft every node of a static tree, one draft pass per depth over the nodes that have children.
 
@@ -297,7 +291,8 @@ def fill_tree(tree: Tree, root_token: int, root_logits: torch.Tensor, expand: Ex
         logits = expand(g, level)  # [n_{d+1}, V], one draft pass
     if sampling.greedy:
         return tree, g.tokens, None
-    draft_probs = root_logits.new_zeros(tree.size + 1, root_logits.shape[-1], dtype=probs.dtype)  # [n_nodes+1, V]
+    # [n_nodes+1, V]
+    draft_probs = root_logits.new_zeros(tree.size + 1, root_logits.shape[-1], dtype=probs.dtype)
     for node, row in rows.items():
         draft_probs[node] = row
     return tree, g.tokens, draft_probs
@@ -305,7 +300,8 @@ def fill_tree(tree: Tree, root_token: int, root_logits: torch.Tensor, expand: Ex
 
 def grow_tree(root_token: int, root_logits: DraftLogits, expand: Expand,
               budget: TreeBudget) -> tuple[Tree, list[int]]:  # [V] -> (Tree, node tokens [n_nodes+1])
-    """EAGLE-2 (Li et al. 2024): expand the most promising nodes depth by depth, then keep the best |𝒯| overall.
+    """EAGLE-2 (Li et al. 2024): expand the most promising nodes depth by depth, then keep the best |𝒯|
+    overall.
 
     A node's score is its path's cumulative draft log-probability (softmax of the raw logits, whatever the
     sampling: it ranks guesses, it is never used to accept them). Depth 1 is the root's w best tokens (w =
@@ -356,11 +352,12 @@ def verify_tree(tree: Tree, node_tokens: torch.Tensor, target_probs: torch.Tenso
                 ) -> tuple[list[int], torch.Tensor]:  # [n_nodes+1], [n_nodes+1, V] x2 -> (path, [1])
     """Walk down from the root, keeping an exact path; then emit one more token. Returns (path node ids, [1]).
 
-    At a node, with p = target_probs[node], try the children in order. Child x has proposal q: draft_probs[node]
-    for i.i.d. sampled children (SpecInfer, Miao et al. 2024, Alg. 2), or one_hot(x) when draft_probs is None
-    (children chosen deterministically, distinct). Accept x with probability min(1, p(x)/q(x)); on rejection
-    set p = residual(p, q) = normalise(max(p - q, 0)) and try the next sibling. If every child is rejected,
-    emit a sample of the current p (at a leaf, p is still target_probs[leaf]: the bonus token).
+    At a node, with p = target_probs[node], try the children in order. Child x has proposal q:
+    draft_probs[node] for i.i.d. sampled children (SpecInfer, Miao et al. 2024, Alg. 2), or one_hot(x) when
+    draft_probs is None (children chosen deterministically, distinct). Accept x with probability
+    min(1, p(x)/q(x)); on rejection set p = residual(p, q) = normalise(max(p - q, 0)) and try the next
+    sibling. If every child is rejected, emit a sample of the current p (at a leaf, p is still
+    target_probs[leaf]: the bonus token).
 
     Exact, because each try emits min(p, q) and passes on the rest, which by induction is distributed as
     residual(p, q): the sum is p. With point masses, child i is emitted with probability p(x_i), and any

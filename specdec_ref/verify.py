@@ -19,12 +19,15 @@ import torch
 from .sampling import sample
 
 
-def accepted_mass(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:  # [..., V] x2 -> [..., V]
-    """P(draft proposes x and x is accepted) = p_draft(x) * min(1, p_target(x)/p_draft(x)) = min(p_target, p_draft)(x)."""
+def accepted_mass(target_probs: torch.Tensor,
+                  draft_probs: torch.Tensor) -> torch.Tensor:  # [..., V] x2 -> [..., V]
+    """P(draft proposes x and x is accepted) = p_draft(x) * min(1, p_target(x)/p_draft(x))
+    = min(p_target, p_draft)(x)."""
     return torch.minimum(target_probs, draft_probs)
 
 
-def residual(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:  # [..., V] x2 -> [..., V]
+def residual(target_probs: torch.Tensor,
+             draft_probs: torch.Tensor) -> torch.Tensor:  # [..., V] x2 -> [..., V]
     """The mass the target wanted but the draft under-weighted: normalise(max(p_target - p_draft, 0))."""
     r = (target_probs - draft_probs).clamp(min=0)
     total = r.sum(-1, keepdim=True)  # [..., 1]

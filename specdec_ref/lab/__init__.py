@@ -1,1 +1,2 @@
-"""Lab equipment: timing and the roofline, statistical tests, deliberately broken samplers and the benchmark."""
+"""Lab equipment: timing and the roofline, statistical tests, deliberately broken samplers and the
+benchmark."""

@@ -71,7 +71,8 @@ class Row:
     @property
     def tau(self) -> float | None:
         """τ: new tokens per target forward pass (prefill included), for the speculative rows."""
-        return None if self.stats is None or not self.stats.target_calls else self.tokens / self.stats.target_calls
+        return (None if self.stats is None or not self.stats.target_calls
+                else self.tokens / self.stats.target_calls)
 
     @property
     def tokens_per_second(self) -> float:
@@ -94,7 +95,8 @@ class Row:
 
 @torch.inference_mode()
 def draft_step_seconds(target, draft, input_ids: torch.Tensor, repeats: int = 20) -> float:
-    """Median time of one draft step (proposing one token after the prompt), for any drafter or draft model."""
+    """Median time of one draft step (proposing one token after the prompt), for any drafter or draft
+    model."""
     drafter, tokens = as_drafter(draft), input_ids[0]
     drafter.sync(0)
     hidden = None
@@ -108,8 +110,9 @@ def draft_step_seconds(target, draft, input_ids: torch.Tensor, repeats: int = 20
     def step():
         drafter.propose(tokens, 1, SamplingConfig(temperature=0))
 
+    # setup forgets the last token: one step each
     timing = time_fn(step, input_ids.device, warmup=2, repeats=repeats,
-                     setup=lambda: drafter.sync(tokens.shape[0] - 1, hidden))  # forget the last token: one step each
+                     setup=lambda: drafter.sync(tokens.shape[0] - 1, hidden))
     drafter.sync(0)
     return timing.median
 
@@ -121,7 +124,8 @@ def cost_ratio(target, draft, input_ids: torch.Tensor, repeats: int = 20, rounds
     back to back (`repeats // rounds` steps each), so a burst of background load lands on both alike.
     """
     n = max(1, repeats // rounds)
-    return statistics.median(draft_step_seconds(target, draft, input_ids, n) / decode_step_seconds(target, input_ids, n)
+    return statistics.median(draft_step_seconds(target, draft, input_ids, n)
+                             / decode_step_seconds(target, input_ids, n)
                              for _ in range(rounds))
 
 
@@ -187,8 +191,10 @@ def hf_generate(target, ids, max_new_tokens, sampling, generator, *, keep: list 
     kwargs = dict(max_new_tokens=max_new_tokens, min_new_tokens=0, do_sample=not sampling.greedy,
                   pad_token_id=target.config.eos_token_id, attention_mask=torch.ones_like(ids))
     if not sampling.greedy:
-        kwargs.update(temperature=sampling.temperature, top_k=sampling.top_k or 0, top_p=sampling.top_p or 1.0)
-        torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=generator, device=generator.device)))  # HF uses the global RNG
+        kwargs.update(temperature=sampling.temperature, top_k=sampling.top_k or 0,
+                      top_p=sampling.top_p or 1.0)
+        # HF uses the global RNG
+        torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=generator, device=generator.device)))
     t0 = start_timer(ids.device)
     out = target.generate(ids, **kwargs, **assist)
     seconds = seconds_since(t0, ids.device)
@@ -202,7 +208,8 @@ def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: i
               progress=print, hf_draft=None, tree: TreeBudget | None = None) -> dict:
     """Run every method on every prompt (interleaved) and return the table as a dict (see `format_table`).
 
-    A drafter that can grow trees also gets a dynamic-tree row: `tree`, else its `default_tree`, else TreeBudget().
+    A drafter that can grow trees also gets a dynamic-tree row: `tree`, else its `default_tree`, else
+    TreeBudget().
 
     The speedup column divides by the faster of our plain loop and Hugging Face's plain `generate`: a
     speedup over a slow baseline is not a speedup. `hf_draft` is the causal LM for Hugging Face's assisted
@@ -227,8 +234,8 @@ def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: i
     if hf:
         methods["HF generate, plain"] = lambda ids: hf_generate(target, ids, max_new_tokens, sampling, g)
     if hf and hf_draft is not None:  # Hugging Face assisted generation needs a causal LM as its draft
-        methods["HF assisted, its defaults"] = lambda ids: hf_generate(target, ids, max_new_tokens, sampling, g,
-                                                                       assistant_model=hf_draft)
+        methods["HF assisted, its defaults"] = lambda ids: hf_generate(target, ids, max_new_tokens, sampling,
+                                                                       g, assistant_model=hf_draft)
 
         def hf_at_gamma(ids):  # transformers 5 reads these from the draft's config, not from generate()
             with assistant_settings(hf_draft, **constant_gamma(gamma)):
@@ -239,11 +246,13 @@ def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: i
     spec = rows[f"speculative, ours (γ={gamma})"]
     alpha = spec.alpha if spec.alpha is not None else float("nan")
     c = cost_ratio(target, draft, encoded[0])
-    base = max(rows[name].tokens_per_second for name in ("plain (target only)", "HF generate, plain") if name in rows)
+    base = max(rows[name].tokens_per_second for name in ("plain (target only)", "HF generate, plain")
+               if name in rows)
     return {
         "settings": {"max_new_tokens": max_new_tokens, "gamma": gamma, "sampling": asdict(sampling),
                      "prompts": len(prompts), "seed": seed, "device": str(device),
-                     "torch_threads": torch.get_num_threads(), "dtype": str(target.dtype).removeprefix("torch."),
+                     "torch_threads": torch.get_num_threads(),
+                     "dtype": str(target.dtype).removeprefix("torch."),
                      "draft": type(draft).__name__},
         "rows": [r.as_dict(base) for r in rows.values()],
         "alpha": alpha, "cost_ratio_c": c,
@@ -253,8 +262,9 @@ def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: i
 
 def format_table(result: dict) -> str:
     """A Markdown table of the benchmark, ending with the formula's prediction."""
-    lines = ["| method | tokens | seconds | tokens/s | speedup vs plain | τ per target pass | accepted / drafted | "
-             "α per token |", "|---|---:|---:|---:|---:|---:|---:|---:|"]  # speedup: over the faster plain row
+    # speedup: over the faster plain row
+    lines = ["| method | tokens | seconds | tokens/s | speedup vs plain | τ per target pass "
+             "| accepted / drafted | α per token |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in result["rows"]:
         a = "" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.2f}"
         al = "" if r["alpha"] is None else f"{r['alpha']:.2f}"
@@ -262,7 +272,8 @@ def format_table(result: dict) -> str:
         lines.append(f"| {r['method']} | {r['tokens']} | {r['seconds']:.2f} | {r['tokens_per_second']:.1f} | "
                      f"{r['speedup_vs_plain']:.2f}× | {tau} | {a} | {al} |")
     s = result["settings"]
-    lines.append(f"| predicted by (1-α^(γ+1))/((1-α)(γc+1)), α={result['alpha']:.2f}, c={result['cost_ratio_c']:.3f}, "
+    lines.append(f"| predicted by (1-α^(γ+1))/((1-α)(γc+1)), α={result['alpha']:.2f}, "
+                 f"c={result['cost_ratio_c']:.3f}, "
                  f"γ={s['gamma']} (chain) | | | | {result['predicted_speedup']:.2f}× | | | |")
     return "\n".join(lines)
 
@@ -275,8 +286,8 @@ def save_json(result: dict, path: str) -> None:
 def plot_bench(result: dict, path: str | None = None):
     """The side-by-side figure: each method's speedup over the faster plain row, and the formula's prediction.
 
-    Bars are measured (from `run_bench` or its JSON); the hatched bar is the Leviathan et al. prediction from the
-    run's α and c. Written to `path` (PNG, SVG, ... by its suffix) when given. -> the matplotlib Figure.
+    Bars are measured (from `run_bench` or its JSON); the hatched bar is the Leviathan et al. prediction from
+    the run's α and c. Written to `path` (PNG, SVG, ... by its suffix) when given. -> the matplotlib Figure.
     """
     from matplotlib.figure import Figure  # no pyplot: works without a display, in the CLI and in notebooks
     rows = result["rows"]

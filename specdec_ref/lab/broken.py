@@ -11,12 +11,14 @@ from typing import Callable
 import torch
 
 from ..sampling import SamplingConfig, logits_to_probs, sample
-from ..generate import speculative_step as reference_step  # the package's step, whatever `using_step` swaps in
+# the package's step, whatever `using_step` swaps in
+from ..generate import speculative_step as reference_step
 from ..verify import residual
 
 
 def verify_without_residual(draft_tokens, draft_probs, target_probs, generator=None):
-    """Bug: after a rejection, resample from p_target instead of the residual (double-counts accepted mass)."""
+    """Bug: after a rejection, resample from p_target instead of the residual (double-counts accepted
+    mass)."""
     for i in range(draft_tokens.shape[0]):
         x = draft_tokens[i]
         u = torch.rand((), generator=generator, device=target_probs.device, dtype=target_probs.dtype)
@@ -84,7 +86,8 @@ class DraftProcessedDifferently:
 
 @contextlib.contextmanager
 def swapped(name: str, fn: Callable):
-    """Replace `specdec_ref.generate.<name>` by fn inside the block (tests, chapter 3 and the checkers only)."""
+    """Replace `specdec_ref.generate.<name>` by fn inside the block (tests, chapter 3 and the checkers
+    only)."""
     from .. import generate
     original = getattr(generate, name)
     setattr(generate, name, fn)
@@ -99,7 +102,8 @@ def using_verify(fn: Callable):
     return swapped("verify", fn)
 
 
-def verify_late_without_residual(draft_tokens, draft_probs, target_probs, generator=None, first_wrong: int = 2):
+def verify_late_without_residual(draft_tokens, draft_probs, target_probs, generator=None,
+                                 first_wrong: int = 2):
     """Bug that hides at the front: correct for draft positions 0 and 1, no residual from position 2 on.
 
     A test that only ever drafts one or two tokens cannot see it; the sequence-level tests must.
@@ -115,12 +119,14 @@ def verify_late_without_residual(draft_tokens, draft_probs, target_probs, genera
 
 
 def using_step(fn: Callable):
-    """Run `speculative_generate` with a different `speculative_step` inside the block (the capstone's checker)."""
+    """Run `speculative_generate` with a different `speculative_step` inside the block (the capstone's
+    checker)."""
     return swapped("speculative_step", fn)
 
 
 def step_with_verify(verify_fn: Callable) -> Callable:
-    """The package's `speculative_step` with another verify inside it: a broken step for each broken verify above."""
+    """The package's `speculative_step` with another verify inside it: a broken step for each broken verify
+    above."""
     def step(target_lm, drafter, tokens, gamma, sampling, generator):  # [T] -> ([T + n + 1], Step)
         with using_verify(verify_fn):
             return reference_step(target_lm, drafter, tokens, gamma, sampling, generator)
@@ -128,14 +134,18 @@ def step_with_verify(verify_fn: Callable) -> Callable:
     return step
 
 
-def step_target_unprocessed(target_lm, drafter, tokens, gamma, sampling, generator):  # [T] -> ([T + n + 1], Step)
-    """Bug: the target's logits go through a plain softmax (no temperature, top-k, top-p) while the draft's are processed.
+def step_target_unprocessed(target_lm, drafter, tokens, gamma, sampling,
+                            generator):  # [T] -> ([T + n + 1], Step)
+    """Bug: the target's logits go through a plain softmax (no temperature, top-k, top-p) while the draft's
+    are processed.
 
-    The draft and the target are then processed differently, the mistake behind Hugging Face bugs #32867 and #47932.
+    The draft and the target are then processed differently, the mistake behind Hugging Face bugs #32867 and
+    #47932.
     """
     from .. import generate
     original = generate.logits_to_probs
-    generate.logits_to_probs = lambda logits, _sampling: logits.softmax(-1)  # [k, V] -> [k, V], ignores `sampling`
+    # [k, V] -> [k, V], ignores `sampling`
+    generate.logits_to_probs = lambda logits, _sampling: logits.softmax(-1)
     try:
         return reference_step(target_lm, drafter, tokens, gamma, sampling, generator)
     finally:

@@ -33,7 +33,8 @@ def alpha_along(target, draft, sequences: list[tuple[torch.Tensor, int]]) -> tup
 
     At every answer position the drafter proposes one token from the true context. Greedy: accepted iff it is
     the target's argmax. T=1: accepted with probability Σ_x min(target_probs, draft_probs) (chapter 3).
-    Positions where the drafter proposes nothing (prompt lookup with no match) cost nothing and are not counted.
+    Positions where the drafter proposes nothing (prompt lookup with no match) cost nothing and are not
+    counted.
     """
     drafter = as_drafter(draft)
     hits = overlap = n = positions = 0.0
@@ -74,7 +75,8 @@ class DraftRow:
 
 def draft_row(name: str, target, draft, sequences, calibration: torch.Tensor, repeats: int = 10,
               gamma_max: int = 8) -> DraftRow:
-    """α (greedy and T=1), c and the best γ of one draft; `measured` is filled in by the caller's timed run."""
+    """α (greedy and T=1), c and the best γ of one draft; `measured` is filled in by the caller's timed
+    run."""
     a_greedy, a_t1, coverage = alpha_along(target, draft, sequences)
     c = cost_ratio(target, draft, calibration, repeats)
     gamma, s = best_gamma(min(a_greedy, 1.0), c, gamma_max=gamma_max)
@@ -83,7 +85,8 @@ def draft_row(name: str, target, draft, sequences, calibration: torch.Tensor, re
 
 
 def launch_bound_step(n_ops: int, weight_bytes: int, bandwidth: float, launch_seconds: float = 5e-6) -> float:
-    """A decode step on a GPU, on paper: one kernel launch per torch operation, plus the weights at full bandwidth.
+    """A decode step on a GPU, on paper: one kernel launch per torch operation, plus the weights at full
+    bandwidth.
 
     A rough model for small models (each kernel costs at least a launch, whatever data it touches): use it
     where no GPU is present, with the operation count measured here and a spec-sheet bandwidth.

@@ -4,7 +4,8 @@ A tree keeps a drafted path only if, at every depth, the target's token is among
 `coverage_by_depth` measures exactly that ingredient, along the target's own greedy answers
 (`lab.compare.target_answers`): at every answer position the head drafts from the true context (real target
 features), then goes `depth` steps further, fed its *own* guessed features (as when drafting) and the *true*
-tokens (so that depth d is judged on the path the target really took). coverage[d][k] = P(the target's token at depth d is in the head's top k).
+tokens (so that depth d is judged on the path the target really took). coverage[d][k] = P(the target's
+token at depth d is in the head's top k).
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ class Coverage:
 
     def table(self) -> str:
         head = "depth | " + " | ".join(f"top-{k}" for k in self.ks) + " | path top-" + str(self.ks[-1])
-        rows = [f"{d + 1:5d} | " + " | ".join(f"{row[k]:.2f}" for k in self.ks) + f" | {self.path[d][self.ks[-1]]:.2f}"
+        rows = [f"{d + 1:5d} | " + " | ".join(f"{row[k]:.2f}" for k in self.ks)
+                + f" | {self.path[d][self.ks[-1]]:.2f}"
                 for d, row in enumerate(self.by_depth)]
         return "\n".join([head, *rows])
 
@@ -33,7 +35,8 @@ class Coverage:
 @torch.inference_mode()
 def coverage_by_depth(target, head, sequences: list[tuple[torch.Tensor, int]], depth: int = 4,
                       ks: tuple[int, ...] = (1, 2, 4, 8)) -> Coverage:
-    """Coverage@k per depth of a `FeatureHead` along sequences [(ids [L], n_prompt)] (see the module docstring)."""
+    """Coverage@k per depth of a `FeatureHead` along sequences [(ids [L], n_prompt)] (see the module
+    docstring)."""
     if depth < 1 or not ks or min(ks) < 1:
         raise ValueError(f"need depth >= 1 and ks of positive integers, got depth={depth}, ks={ks}")
     hits = [[0] * len(ks) for _ in range(depth)]

@@ -31,11 +31,12 @@ from .timing import latency_curve
 from ..tree import TreeBudget
 
 BLAME = {  # the factor that keeps speculation from paying off -> what to tell the reader
-    "alpha": "α is too low: the draft agrees with the target too rarely (a better-aligned or distilled draft)",
+    "alpha": "α is too low: the draft agrees with the target too rarely "
+             "(a better-aligned or distilled draft)",
     "draft_cost": "the draft is too costly: each draft step costs a large share of a target step "
                   "(a shallower or narrower draft, or prompt lookup)",
-    "verify_cost": "verifying is too costly: scoring γ+1 tokens costs much more than one token on this device "
-                   "(compute-bound small-batch kernels; a GPU, or bfloat16, flattens t(k))",
+    "verify_cost": "verifying is too costly: scoring γ+1 tokens costs much more than one token "
+                   "on this device (compute-bound small-batch kernels; a GPU, or bfloat16, flattens t(k))",
     "overhead": "the loop's overhead is too high: per-iteration work outside the forward passes "
                 "(sampling, bookkeeping, Python) eats the gain",
 }
@@ -76,14 +77,16 @@ def verdict(m: Measurements) -> Verdict:
     gamma, s = best_gamma(m.alpha, m.c, m.verify_cost, m.overhead, m.gamma_max)
     if s > 1:
         return Verdict(gamma, s, True, None, f"Use γ = {gamma}: predicted speedup {s:.2f}× "
-                       f"(α = {m.alpha:.2f}, c = {m.c:.3f}, t({gamma + 1})/t(1) = {m.verify_cost[gamma]:.2f}).")
+                       f"(α = {m.alpha:.2f}, c = {m.c:.3f}, "
+                       f"t({gamma + 1})/t(1) = {m.verify_cost[gamma]:.2f}).")
     g_text, s_text = best_gamma(m.alpha, m.c, gamma_max=m.gamma_max)  # free verification, no overhead
     if s_text <= 1:  # even the textbook formula says no: α <= c (section "When does it pay off?")
         blame = "draft_cost" if m.c >= 0.5 else "alpha"
     else:  # the textbook says yes, so the measured costs take the gain away: blame the larger one
         extra_verify = m.verify_cost[g_text] - 1
         blame = "verify_cost" if extra_verify >= m.overhead else "overhead"
-    return Verdict(gamma, s, False, blame, f"Speculation will not pay off here: at best {s:.2f}× (γ = {gamma}). "
+    return Verdict(gamma, s, False, blame,
+                   f"Speculation will not pay off here: at best {s:.2f}× (γ = {gamma}). "
                    f"To blame: {BLAME[blame]}. Measured α = {m.alpha:.2f}, c = {m.c:.3f}, "
                    f"t(2)/t(1) = {m.verify_cost[1]:.2f}, loop overhead h = {m.overhead:.3f} t(1).")
 
@@ -111,11 +114,12 @@ def timed_steps(target, drafter, ids: torch.Tensor, max_new_tokens: int, gamma: 
     def on_step(step: Step) -> None:
         synchronize(ids.device)
         now = time.perf_counter()
-        out.append((step, float("nan") if last[0] is None else now - last[0]))  # the first includes the prefill
+        # the first includes the prefill
+        out.append((step, float("nan") if last[0] is None else now - last[0]))
         last[0] = now
 
-    speculative_generate(target, drafter, ids, max_new_tokens, gamma=gamma, sampling=sampling, generator=generator,
-                         eos_token_id=eos_token_id, on_step=on_step)
+    speculative_generate(target, drafter, ids, max_new_tokens, gamma=gamma, sampling=sampling,
+                         generator=generator, eos_token_id=eos_token_id, on_step=on_step)
     return out
 
 
@@ -133,17 +137,21 @@ class NoDraft:
         pass
 
 
-def cost_ratios(target, draft, ks: range, context_len: int, rounds: int = 5) -> tuple[list[float], float, float]:
+def cost_ratios(target, draft, ks: range, context_len: int,
+                rounds: int = 5) -> tuple[list[float], float, float]:
     """(t(k)/t(1) for k in ks, c, t(1) in seconds): t(k) from interleaved, warmed-up passes (`latency_curve`),
     c from `bench.cost_ratio` (the one estimator of c: each round warmed, median of rounds)."""
     g = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, vocab_size(target), (1, context_len), generator=g).to(next(target.parameters()).device)
+    ids = torch.randint(0, vocab_size(target), (1, context_len),
+                        generator=g).to(next(target.parameters()).device)
     curve = latency_curve(target, ks, context_len=context_len, warmup=1, repeats=rounds)
-    return [curve.cost_ratio(k) for k in ks], cost_ratio(target, draft, ids, 3 * rounds, rounds), curve.median(1)
+    return ([curve.cost_ratio(k) for k in ks], cost_ratio(target, draft, ids, 3 * rounds, rounds),
+            curve.median(1))
 
 
-def measure(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, calibration_gamma: int | None = None,
-            max_new_tokens: int = 64, sampling: SamplingConfig = SamplingConfig(temperature=0), seed: int = 0,
+def measure(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8,
+            calibration_gamma: int | None = None, max_new_tokens: int = 64,
+            sampling: SamplingConfig = SamplingConfig(temperature=0), seed: int = 0,
             rounds: int = 5, eos_token_id=None) -> Measurements:
     """Measure t(k)/t(1) and c with cached passes, then α and the overhead from the loop at the calibration γ.
 
@@ -154,12 +162,14 @@ def measure(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, c
     if gamma_max < 1:
         raise ValueError(f"gamma_max must be >= 1, got {gamma_max}")
     gamma = calibration_gamma or min(gamma_max, 4)
-    context = int(sum(ids.shape[1] for ids in encoded) / len(encoded)) + max_new_tokens // 2  # a typical length
+    # a typical length
+    context = int(sum(ids.shape[1] for ids in encoded) / len(encoded)) + max_new_tokens // 2
     verify_cost, c, t1 = cost_ratios(target, draft, range(1, gamma_max + 2), context, rounds)
     g = torch.Generator(device=encoded[0].device).manual_seed(seed)
     steps, overheads = [], []
     def plain_step(ids) -> float:  # seconds per step of the loop with an empty draft, prefill excluded
-        dts = [dt for _, dt in timed_steps(target, NoDraft(vocab_size(target)), ids, max_new_tokens, 1, sampling, g, eos_token_id)]
+        dts = [dt for _, dt in timed_steps(target, NoDraft(vocab_size(target)), ids, max_new_tokens, 1,
+                                           sampling, g, eos_token_id)]
         return statistics.median(dts[1:] or dts)
 
     for ids in encoded:  # plain, speculative, plain: the two plain runs bracket the one they are the unit of
@@ -172,16 +182,19 @@ def measure(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, c
         steps += [s for s, _ in spec]
     accepted, drafted = [s.n_accepted for s in steps], [s.draft_tokens.shape[0] for s in steps]
     acc, exam = position_acceptance(accepted, drafted)
-    return Measurements(alpha=sum(acc) / sum(exam) if sum(exam) else float("nan"), c=c, verify_cost=verify_cost,
-                        overhead=statistics.median(overheads) if overheads else 0.0,  # median: robust to load bursts
+    return Measurements(alpha=sum(acc) / sum(exam) if sum(exam) else float("nan"), c=c,
+                        verify_cost=verify_cost,
+                        # median: robust to load bursts
+                        overhead=statistics.median(overheads) if overheads else 0.0,
                         alpha_per_position=[a / e if e else float("nan") for a, e in zip(acc, exam)],
                         step_seconds=t1, kernel_path=kernel_path(target))
 
 
 def measure_speedups(target, drafters: dict, encoded: list[torch.Tensor], max_new_tokens: int,
-                     sampling: SamplingConfig, seed: int = 0, eos_token_id=None, progress=None) -> dict[str, Row]:
-    """Plain decoding and each named (drafter, γ or {"gamma": γ} or {"tree": TreeBudget}), interleaved prompt by
-    prompt; rows of tokens and seconds.
+                     sampling: SamplingConfig, seed: int = 0, eos_token_id=None,
+                     progress=None) -> dict[str, Row]:
+    """Plain decoding and each named (drafter, γ or {"gamma": γ} or {"tree": TreeBudget}), interleaved
+    prompt by prompt; rows of tokens and seconds.
 
     Read a speedup as rows[name].tokens_per_second / rows["plain"].tokens_per_second.
     """
@@ -201,20 +214,22 @@ def measure_speedups(target, drafters: dict, encoded: list[torch.Tensor], max_ne
     return run_interleaved(methods(max_new_tokens), encoded, progress or (lambda _: None), warmup=False)
 
 
-TREE_BUDGETS = tuple(m for m in CANDIDATES if isinstance(m, TreeBudget))  # the trees the default is chosen from
+# the trees the default is chosen from
+TREE_BUDGETS = tuple(m for m in CANDIDATES if isinstance(m, TreeBudget))
 
 
 def method_taus(target, drafter, encoded: list[torch.Tensor], methods: dict, max_new_tokens: int,
                 sampling: SamplingConfig, seed: int = 0, eos_token_id=None) -> dict[str, float]:
     """τ, new tokens per target pass (the prefill's pass included), of each method {name: dict(gamma=..) or
-    dict(tree=..)}. A feature drafter's first pass drafts nothing (it is the prefill), a model draft's does."""
+    dict(tree=..)}. A feature drafter's first pass drafts nothing (it is the prefill), a model draft's
+    does."""
     taus = {}
     for name, how in methods.items():
         g = torch.Generator(device=encoded[0].device).manual_seed(seed)
         tokens = passes = 0
         for ids in encoded:
-            out = speculative_generate(target, drafter, ids, max_new_tokens, **how, sampling=sampling, generator=g,
-                                       eos_token_id=eos_token_id)
+            out = speculative_generate(target, drafter, ids, max_new_tokens, **how, sampling=sampling,
+                                       generator=g, eos_token_id=eos_token_id)
             tokens, passes = tokens + out.tokens.shape[0], passes + out.stats.target_calls
         taus[name] = tokens / passes if passes else float("nan")
     return taus
@@ -227,8 +242,9 @@ def diagnose(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, 
 
     The chains are predicted twice: from α by the generalised formula, and from their measured τ like the
     trees, by `models.method.predicted_speedup`, the cost model the loader's default choice uses, on costs
-    calibrated the same way (`models.method.calibrate`), so that every method is ranked on the same footing. Trees need a drafter that can grow them. For a
-    feature drafter it also measures the head's coverage@k per draft depth (`lab.coverage`).
+    calibrated the same way (`models.method.calibrate`), so that every method is ranked on the same footing.
+    Trees need a drafter that can grow them. For a feature drafter it also measures the head's coverage@k per
+    draft depth (`lab.coverage`).
     """
     say = progress or (lambda _: None)
     drafter = as_drafter(draft)
@@ -242,23 +258,27 @@ def diagnose(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, 
     methods.update({method_name(b): dict(tree=b) for b in trees})
     say("measuring τ of every chain and tree ...")
     taus = method_taus(target, drafter, encoded, methods, max_new_tokens, sampling, seed, eos_token_id)
-    say("calibrating the costs per draft pass, row and iteration (models.method, as the default choice does) ...")
+    say("calibrating the costs per draft pass, row and iteration "
+        "(models.method, as the default choice does) ...")
     costs = calibrate(target, drafter, encoded[0])
-    best_method, predicted = choose(taus, costs, sampled=not sampling.greedy)  # the loader's choice, on measured τ
+    # the loader's choice, on measured τ
+    best_method, predicted = choose(taus, costs, sampled=not sampling.greedy)
     best = method_name(best_method)
     coverage = None
     if isinstance(drafter, FeatureDrafter):  # what a tree of this head can keep, depth by depth
         say("measuring the feature head's coverage@k per depth ...")
         answers = target_answers(target, encoded, max_new_tokens, eos_token_id)
         cov = coverage_by_depth(target, drafter.head, answers, depth=max([b.depth for b in trees], default=4))
-        coverage = {"ks": list(cov.ks), "positions": cov.positions,  # by_depth[d - 1][i]: coverage@ks[i] at depth d
+        # by_depth[d - 1][i]: coverage@ks[i] at depth d
+        coverage = {"ks": list(cov.ks), "positions": cov.positions,
                     "by_depth": [[row[k] for k in cov.ks] for row in cov.by_depth],
                     "path": [[row[k] for k in cov.ks] for row in cov.path]}
     say(f"measuring the real speedup at γ = {v.best_gamma} and of {best} ...")
     runs = {"speculative": (drafter, dict(gamma=v.best_gamma)), "best method": (drafter, methods[best])}
     rows = measure_speedups(target, runs, encoded, max_new_tokens, sampling, seed, eos_token_id, say)
     plain = rows["plain"].tokens_per_second
-    return {**asdict(m), "verify_cost": m.verify_cost, "overhead_ms": m.overhead_ms, "best_gamma": v.best_gamma,
+    return {**asdict(m), "verify_cost": m.verify_cost, "overhead_ms": m.overhead_ms,
+            "best_gamma": v.best_gamma,
             "predicted_speedup": v.predicted_speedup,
             "measured_speedup": rows["speculative"].tokens_per_second / plain,
             "measured_alpha": rows["speculative"].alpha,
@@ -278,10 +298,13 @@ def format_report(result: dict) -> str:
     lines = [f"kernel path: {result['kernel_path']}",
              f"α = {result['alpha']:.3f} per token; by draft position: "
              + ", ".join(f"{a:.2f}" for a in result["alpha_per_position"]),
-             f"c = {result['c']:.3f} (draft step / target step; t(1) = {result['step_seconds'] * 1e3:.1f} ms)",
+             f"c = {result['c']:.3f} "
+             f"(draft step / target step; t(1) = {result['step_seconds'] * 1e3:.1f} ms)",
              "t(k)/t(1), k = 1..: " + ", ".join(f"{x:.2f}" for x in result["verify_cost"]),
-             f"loop overhead h = {result['overhead']:.3f} t(1) = {result['overhead_ms']:.1f} ms per iteration",
-             "predicted speedup by γ: " + ", ".join(f"{g}: {s:.2f}×" for g, s in result["predicted_by_gamma"].items()),
+             f"loop overhead h = {result['overhead']:.3f} t(1) = "
+             f"{result['overhead_ms']:.1f} ms per iteration",
+             "predicted speedup by γ: "
+             + ", ".join(f"{g}: {s:.2f}×" for g, s in result["predicted_by_gamma"].items()),
              f"measured at γ = {result['best_gamma']}: {result['measured_speedup']:.2f}× "
              f"(predicted {result['predicted_speedup']:.2f}×)"]
     if result.get("tau_by_method"):
@@ -294,8 +317,8 @@ def format_report(result: dict) -> str:
     if result.get("coverage"):
         cov = result["coverage"]
         ks = list(cov["ks"])
-        lines.append(f"feature head coverage@k by depth ({cov['positions']} answer positions; the target's token "
-                     "in the head's top k, its own features fed back):")
+        lines.append(f"feature head coverage@k by depth ({cov['positions']} answer positions; "
+                     "the target's token in the head's top k, its own features fed back):")
         lines += [f"  depth {d}: " + ", ".join(f"top-{k} {x:.2f}" for k, x in zip(ks, row))
                   for d, row in enumerate(cov["by_depth"], 1)]
     lines += ["", result["verdict"]]
@@ -313,15 +336,18 @@ class Divergence:
     plain_token: int
     spec_token: int
     gap: float  # the target's logit of its own greedy choice minus its logit of the other token (plain path)
-    rounding: float  # largest |logit difference| at that position between a one-pass and a token-by-token score
+    # largest |logit difference| at that position between a one-pass and a token-by-token score
+    rounding: float
 
     @property
     def near_tie(self) -> bool:
-        """Rounding can flip the choice: the two logits are closer than the two ways of computing them differ."""
+        """Rounding can flip the choice: the two logits are closer than the two ways of computing them
+        differ."""
         return self.gap <= 2 * self.rounding
 
     def __str__(self) -> str:
-        verdict = ("a floating-point near-tie: the two scoring paths differ by more than half the gap (chapter 3)"
+        verdict = ("a floating-point near-tie: the two scoring paths differ by more than half the gap "
+                   "(chapter 3)"
                    if self.near_tie else "NOT a near-tie: rounding cannot explain this; suspect a bug")
         return (f"they part at new token {self.position} (plain {self.plain_token}, speculative "
                 f"{self.spec_token}); logit gap {self.gap:.3g} vs rounding {self.rounding:.3g}: {verdict}")
@@ -329,7 +355,8 @@ class Divergence:
 
 @torch.inference_mode()
 def greedy_divergence(target, input_ids: torch.Tensor, plain_tokens: torch.Tensor,
-                      spec_tokens: torch.Tensor) -> Divergence | None:  # [1, T], [n], [m] -> Divergence | None
+                      spec_tokens: torch.Tensor,
+                      ) -> Divergence | None:  # [1, T], [n], [m] -> Divergence | None
     """None if the greedy outputs agree (up to the shorter one); else measure the gap and the rounding there.
 
     The position's logits are computed twice, as the two loops compute them: token by token with a KV

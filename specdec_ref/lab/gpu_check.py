@@ -46,11 +46,13 @@ class TimingAgreement:
 
     def __str__(self) -> str:
         verdict = "PASS" if self.agree else "FAIL"
-        return (f"{verdict}: time_fn {self.synced_s * 1e3:.3f} ms vs CUDA events {self.events_s * 1e3:.3f} ms "
+        return (f"{verdict}: time_fn {self.synced_s * 1e3:.3f} ms "
+                f"vs CUDA events {self.events_s * 1e3:.3f} ms "
                 f"per call ({self.relative_gap:.1%} apart, tolerance {self.tolerance:.0%})")
 
 
-def compare_timings(synced: list[float], events: list[float], tolerance: float = TOLERANCE) -> TimingAgreement:
+def compare_timings(synced: list[float], events: list[float],
+                    tolerance: float = TOLERANCE) -> TimingAgreement:
     """Compare the medians of two lists of per-call seconds (no GPU needed: the logic alone)."""
     if not synced or not events:
         raise ValueError("need at least one timing from each clock")

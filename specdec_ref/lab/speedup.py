@@ -42,13 +42,15 @@ def _check_costs(gamma: int, c: float, verify_cost: float, overhead: float) -> N
     if not c >= 0:
         raise ValueError(f"the cost ratio c must be >= 0 (draft step / target step), got {c}")
     if not verify_cost > 0:
-        raise ValueError(f"verify_cost t(γ+1)/t(1) must be > 0 (1 means 'as cheap as one token'), got {verify_cost}")
+        raise ValueError(f"verify_cost t(γ+1)/t(1) must be > 0 (1 means 'as cheap as one token'), "
+                         f"got {verify_cost}")
     if not overhead > -verify_cost:
         raise ValueError(f"overhead {overhead} would make an iteration take no time; it is in target steps, "
                          "usually a small number >= 0")
 
 
-def generalized_speedup(alpha: float, gamma: int, c: float, verify_cost: float, overhead: float = 0.0) -> float:
+def generalized_speedup(alpha: float, gamma: int, c: float, verify_cost: float,
+                        overhead: float = 0.0) -> float:
     """S_gen = E[tokens] / (γc + t(γ+1)/t(1) + h): Theorem 3.8 with the verify pass and the loop measured.
 
     verify_cost is t(γ+1)/t(1), the cost of the target pass that scores γ+1 tokens in units of one
@@ -67,8 +69,8 @@ def linear_verify_costs(slope: float, k_max: int) -> list[float]:
     return [1 + slope * (k - 1) for k in range(1, k_max + 1)]
 
 
-def speedup_by_gamma(alpha: float, c: float, verify_costs: Sequence[float] | None = None, overhead: float = 0.0,
-                     gamma_max: int = 16) -> dict[int, float]:
+def speedup_by_gamma(alpha: float, c: float, verify_costs: Sequence[float] | None = None,
+                     overhead: float = 0.0, gamma_max: int = 16) -> dict[int, float]:
     """{γ: generalized_speedup} for γ = 1..gamma_max. verify_costs[k-1] = t(k)/t(1) for k = 1, 2, ...;
     None is the textbook's 1 for every k (then overhead should be 0 too, for Theorem 3.8 itself)."""
     if verify_costs is not None:

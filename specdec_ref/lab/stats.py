@@ -40,7 +40,8 @@ def _pool(expected: np.ndarray, observed: np.ndarray, min_expected: float) -> tu
     if len(small):
         e.append(expected[small].sum())
         o.append(observed[small].sum())
-        if e[-1] < min_expected and len(e) > 1:  # the pooled bin itself is still small: fold it into the smallest kept bin
+        # the pooled bin itself is still small: fold it into the smallest kept bin
+        if e[-1] < min_expected and len(e) > 1:
             j = int(np.argmin(e[:-1]))
             e[j] += e.pop()
             o[j] += o.pop()
@@ -49,9 +50,11 @@ def _pool(expected: np.ndarray, observed: np.ndarray, min_expected: float) -> tu
 
 def chi_square_gof(counts: Mapping[Hashable, int], probs: Mapping[Hashable, float],
                    min_expected: float = 5.0) -> TestResult:
-    """Goodness of fit of observed counts to exact probabilities, pooling bins with expected count < min_expected.
+    """Goodness of fit of observed counts to exact probabilities, pooling bins with expected count <
+    min_expected.
 
-    A sample outside the support of `probs` (probability 0) makes the p-value 0: it is impossible under the null.
+    A sample outside the support of `probs` (probability 0) makes the p-value 0: it is impossible under the
+    null.
     """
     n = int(sum(counts.values()))
     if n == 0:
@@ -69,8 +72,10 @@ def chi_square_gof(counts: Mapping[Hashable, int], probs: Mapping[Hashable, floa
     return TestResult(stat, dof, float(_scipy_stats.chi2.sf(stat, dof)), n, len(e))
 
 
-def two_sample_chi_square(a: Iterable[Hashable], b: Iterable[Hashable], min_expected: float = 5.0) -> TestResult:
-    """Do two samples come from the same distribution? A 2 x K contingency test with rare categories pooled."""
+def two_sample_chi_square(a: Iterable[Hashable], b: Iterable[Hashable],
+                          min_expected: float = 5.0) -> TestResult:
+    """Do two samples come from the same distribution? A 2 x K contingency test with rare categories
+    pooled."""
     ca, cb = Counter(a), Counter(b)
     na, nb = sum(ca.values()), sum(cb.values())
     if na == 0 or nb == 0:
@@ -100,10 +105,10 @@ def tv_upper_bound(counts: Mapping[Hashable, int], probs: Mapping[Hashable, floa
                    max_bins: int = 64) -> float:
     """With confidence 1 - delta, TV(sampler, probs) is at most this.
 
-    Uses the L1 deviation bound of Weissman et al. (2003): P(|p_hat - p|_1 >= eps) <= (2^K - 2) exp(-n eps^2 / 2),
-    on K bins (the max_bins - 1 likeliest outcomes of probs, plus one bin for the rest). Merging bins can only
-    shrink TV, so this bounds the distance visible at the resolution of those K bins (all of it when probs
-    has at most max_bins - 1 outcomes).
+    Uses the L1 deviation bound of Weissman et al. (2003):
+    P(|p_hat - p|_1 >= eps) <= (2^K - 2) exp(-n eps^2 / 2), on K bins (the max_bins - 1 likeliest outcomes
+    of probs, plus one bin for the rest). Merging bins can only shrink TV, so this bounds the distance
+    visible at the resolution of those K bins (all of it when probs has at most max_bins - 1 outcomes).
     """
     n = sum(counts.values())
     top = sorted(probs, key=probs.get, reverse=True)[: max_bins - 1]
@@ -135,8 +140,8 @@ def emitted_token_counts(verify_fn, target_probs, draft_probs, n: int, generator
     import torch
 
     if target_probs.shape != draft_probs.shape or target_probs.dim() != 1:
-        raise ValueError(f"need two probability vectors of the same length [V], got {tuple(target_probs.shape)} "
-                         f"and {tuple(draft_probs.shape)}")
+        raise ValueError(f"need two probability vectors of the same length [V], "
+                         f"got {tuple(target_probs.shape)} and {tuple(draft_probs.shape)}")
     xs = torch.multinomial(draft_probs, n, replacement=True, generator=generator)  # [n] draft proposals
     target_rows = torch.stack([target_probs, target_probs])  # [γ+1 = 2, V]; the bonus row is never used here
     counts: Counter = Counter()
@@ -175,10 +180,12 @@ def target_sequence_counts(model, prompt: list[int], n_tokens: int, sampling, n:
             prefixes, grown = list(groups), Counter()
             for start in range(0, len(prefixes), batch_size):
                 chunk = prefixes[start:start + batch_size]
-                ids = torch.tensor([prompt + list(p) for p in chunk], device=device)  # [m, T + d], equal lengths
+                # [m, T + d], equal lengths
+                ids = torch.tensor([prompt + list(p) for p in chunk], device=device)
                 probs = logits_to_probs(model(input_ids=ids).logits[:, -1], sampling)  # [m, V]
                 for prefix, row in zip(chunk, probs):
-                    for t in torch.multinomial(row, groups[prefix], replacement=True, generator=generator).tolist():
+                    for t in torch.multinomial(row, groups[prefix], replacement=True,
+                                               generator=generator).tolist():
                         grown[prefix + (t,)] += 1
             groups = grown
     return groups
@@ -196,7 +203,9 @@ def emitted_distribution(target_probs, draft_probs, sampled_from=None, resample_
     from ..verify import residual
     s = draft_probs if sampled_from is None else sampled_from
     r = residual(target_probs, draft_probs) if resample_from is None else resample_from
-    ratio = torch.where(draft_probs > 0, target_probs / draft_probs.clamp(min=torch.finfo(draft_probs.dtype).tiny),
-                        (target_probs > 0).to(draft_probs.dtype))  # verify: u * 0 < p_target(x) iff p_target(x) > 0
+    # verify: u * 0 < p_target(x) iff p_target(x) > 0
+    ratio = torch.where(draft_probs > 0,
+                        target_probs / draft_probs.clamp(min=torch.finfo(draft_probs.dtype).tiny),
+                        (target_probs > 0).to(draft_probs.dtype))
     accept = s * ratio.clamp(max=1)  # [V] P(draft samples x and it is accepted)
     return accept + (1 - accept.sum()) * r

@@ -110,7 +110,8 @@ def measure_bandwidth(n_bytes: int = 2**28, device: torch.device | str | None = 
     "copy" convention). Pick n_bytes well above the last-level cache, or you time the cache.
     """
     if n_bytes < 2**20:
-        raise ValueError(f"n_bytes must be at least 1 MiB to measure memory rather than overhead, got {n_bytes}")
+        raise ValueError(f"n_bytes must be at least 1 MiB to measure memory rather than overhead, "
+                         f"got {n_bytes}")
     device = torch.device(device) if device is not None else default_device()
     src = torch.ones(n_bytes // 4, dtype=torch.float32, device=device)  # [n]
     dst = torch.empty_like(src)  # [n]
@@ -119,9 +120,11 @@ def measure_bandwidth(n_bytes: int = 2**28, device: torch.device | str | None = 
 
 
 @torch.inference_mode()
-def measure_matmul(n: int = 1024, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None,
-                   warmup: int = 2, repeats: int = 10, rows: int | None = None, cols: int | None = None) -> Rate:
-    """Achieved FLOP/s of x [rows, n] times a weight [cols, n], as nn.Linear computes it (2 rows n cols FLOPs).
+def measure_matmul(n: int = 1024, dtype: torch.dtype = torch.float32,
+                   device: torch.device | str | None = None, warmup: int = 2, repeats: int = 10,
+                   rows: int | None = None, cols: int | None = None) -> Rate:
+    """Achieved FLOP/s of x [rows, n] times a weight [cols, n], as nn.Linear computes it (2 rows n cols
+    FLOPs).
 
     rows and cols default to n: a square product, the best case and the roofline's flat ceiling.
     A pass over k tokens multiplies k rows by each weight matrix: rows=k, n and cols from the model.
@@ -291,7 +294,8 @@ def _model_device(model) -> torch.device:
 
 @torch.inference_mode()
 def prefilled_cache(model, context_len: int, batch_size: int = 1, seed: int = 0) -> DynamicCache:
-    """A KV cache holding context_len random tokens per sequence (what a decoder has after reading a prompt)."""
+    """A KV cache holding context_len random tokens per sequence (what a decoder has after reading a
+    prompt)."""
     cache = DynamicCache()
     if context_len > 0:
         g = torch.Generator(device="cpu").manual_seed(seed)
@@ -317,7 +321,8 @@ def _sequential(model, cache: DynamicCache, new: torch.Tensor) -> Callable[[], N
     """A timed call: score the tokens of new [B, k] one pass each, as plain decoding would, then crop."""
     def step():
         for i in range(new.shape[1]):
-            model(input_ids=new[:, i:i + 1], **cache_kwargs(model, cache), use_cache=True)  # [B, 1] -> [B, 1, V]
+            # [B, 1] -> [B, 1, V]
+            model(input_ids=new[:, i:i + 1], **cache_kwargs(model, cache), use_cache=True)
         cache.crop(-new.shape[1])
     return step
 
@@ -377,7 +382,8 @@ def latency_curve(model, ks: Sequence[int], context_len: int = 128, batch_size: 
     cache = prefilled_cache(model, context_len, batch_size, seed)
     device = _model_device(model)
     calls = [(k, False, _one_pass(model, cache, _new_tokens(model, k, batch_size, seed + k))) for k in ks]
-    calls += [(k, True, _sequential(model, cache, _new_tokens(model, k, batch_size, seed + k))) for k in sequential_ks]
+    calls += [(k, True, _sequential(model, cache, _new_tokens(model, k, batch_size, seed + k)))
+              for k in sequential_ks]
     times: dict[tuple[int, bool], list[float]] = {(k, s): [] for k, s, _ in calls}
     for _ in range(warmup):
         for _, _, fn in calls:
@@ -390,7 +396,8 @@ def latency_curve(model, ks: Sequence[int], context_len: int = 128, batch_size: 
 
 
 def count_ops(model, k: int = 1, context_len: int = 16) -> int:
-    """Number of torch operations one k-token forward pass issues (on a GPU, most are one kernel launch each)."""
+    """Number of torch operations one k-token forward pass issues (on a GPU, most are one kernel launch
+    each)."""
     from torch.overrides import TorchFunctionMode
 
     class Counter(TorchFunctionMode):
@@ -421,7 +428,8 @@ SYNTHETIC_SIZES = {  # name -> (layers, hidden size); the two 25M ones differ on
 
 def synthetic_llama(n_layers: int, hidden: int, vocab_size: int = 8192, dtype: torch.dtype = torch.float32,
                     device: torch.device | str | None = None, seed: int = 0) -> LlamaForCausalLM:
-    """A randomly initialised Llama with n_layers of width `hidden` (64-dim heads, plain multi-head attention).
+    """A randomly initialised Llama with n_layers of width `hidden` (64-dim heads, plain multi-head
+    attention).
 
     Each layer holds about 12 * hidden^2 parameters (4 h^2 in attention, 8 h^2 in the MLP),
     so 32 layers of 256 and 2 layers of 1024 carry the same weights in different shapes.
@@ -429,7 +437,8 @@ def synthetic_llama(n_layers: int, hidden: int, vocab_size: int = 8192, dtype: t
     if hidden % 64:
         raise ValueError(f"hidden must be a multiple of 64 (the head size), got {hidden}")
     n_heads = hidden // 64
-    config = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=8 * hidden // 3 // 64 * 64,
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden,
+                         intermediate_size=8 * hidden // 3 // 64 * 64,
                          num_hidden_layers=n_layers, num_attention_heads=n_heads,
                          num_key_value_heads=n_heads, max_position_embeddings=4096,
                          tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=None)

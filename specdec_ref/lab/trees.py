@@ -1,4 +1,5 @@
-"""Chapter 6's tree measurement: does a tree keep more tokens per target pass than a chain of as many nodes?"""
+"""Chapter 6's tree measurement: does a tree keep more tokens per target pass than a chain of as many
+nodes?"""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -23,7 +24,8 @@ class TreeVsChain:
 
 
 def accepted_length_vs_chain(target, draft, input_ids: torch.Tensor, *, tree: Tree | Sequence[int] = (2, 2),
-                             max_new_tokens: int = 32, runs: int = 10, sampling: SamplingConfig = SamplingConfig(),
+                             max_new_tokens: int = 32, runs: int = 10,
+                             sampling: SamplingConfig = SamplingConfig(),
                              seed: int = 0) -> TreeVsChain:  # input_ids [1, T]
     """Mean accepted tokens per target pass for a static `tree` and for a chain with as many drafted nodes.
 

@@ -33,7 +33,8 @@ def self_draft(target):
 
 
 class Int8Linear(nn.Module):
-    """A Linear layer whose weight is stored as int8 with one scale per output row (weight-only quantisation)."""
+    """A Linear layer whose weight is stored as int8 with one scale per output row (weight-only
+    quantisation)."""
 
     def __init__(self, linear: nn.Linear):
         super().__init__()
@@ -64,8 +65,9 @@ def int8_copy(target, *, activations: bool = True):
         import warnings
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch.ao.quantization is deprecated in favour of torchao
-            torch.ao.quantization.quantize_dynamic(draft.model, {nn.Linear: torch.ao.quantization.per_channel_dynamic_qconfig},
-                                                   dtype=torch.qint8, inplace=True)
+            torch.ao.quantization.quantize_dynamic(
+                draft.model, {nn.Linear: torch.ao.quantization.per_channel_dynamic_qconfig},
+                dtype=torch.qint8, inplace=True)
         return draft
     for module in list(draft.model.modules()):
         for name, child in list(module.named_children()):

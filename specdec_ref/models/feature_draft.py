@@ -42,7 +42,8 @@ class FeatureHead(nn.Module):
         super().__init__()
         t = target.config
         d = t.hidden_size
-        keep_ids = torch.arange(target.get_output_embeddings().weight.shape[0]) if keep_ids is None else keep_ids
+        keep_ids = (torch.arange(target.get_output_embeddings().weight.shape[0]) if keep_ids is None
+                    else keep_ids)
         config = LlamaConfig(vocab_size=1, hidden_size=d, intermediate_size=t.intermediate_size,
                              num_hidden_layers=n_layers, num_attention_heads=t.num_attention_heads,
                              num_key_value_heads=t.num_key_value_heads, head_dim=getattr(t, "head_dim", None),
@@ -51,11 +52,13 @@ class FeatureHead(nn.Module):
                              bos_token_id=None, eos_token_id=None, pad_token_id=None)
         self.embed = target.get_input_embeddings()  # shared with the target, never trained here
         self.fc = nn.Linear(2 * d, d)
-        self.fuse_layers = tuple(int(i) for i in fuse_layers)  # indices into the target's hidden_states, or ()
+        # indices into the target's hidden_states, or ()
+        self.fuse_layers = tuple(int(i) for i in fuse_layers)
         if self.fuse_layers:
             if len(self.fuse_layers) < 2 or self.fuse_layers[-1] != -1:
-                raise ValueError(f"fuse_layers lists target layers ending with -1 (the final features the head "
-                                 f"predicts), e.g. (2, 15, -1); got {fuse_layers}")
+                raise ValueError(f"fuse_layers lists target layers ending with -1 "
+                                 f"(the final features the head predicts), e.g. (2, 15, -1); "
+                                 f"got {fuse_layers}")
             self.fuse = nn.Linear(len(self.fuse_layers) * d, d, bias=False)
             with torch.no_grad():  # start as "the final features alone": the plain head's input
                 self.fuse.weight.zero_()
@@ -69,7 +72,8 @@ class FeatureHead(nn.Module):
                 attention_mask: torch.Tensor | None = None) -> torch.Tensor:  # [B, k, d], [B, k] -> [B, k, d]
         """Predict the target's hidden state at the next token's position, for k positions at once.
 
-        position_ids [B, k] and a 4D additive mask let a tree of guesses share one pass (FeatureDrafter.propose_tree).
+        position_ids [B, k] and a 4D additive mask let a tree of guesses share one pass
+        (FeatureDrafter.propose_tree).
         """
         if hidden.shape[-1] != self.fc.out_features:  # the target's fused layers, not a guess of the head's
             hidden = self.fused(hidden)
@@ -79,7 +83,8 @@ class FeatureHead(nn.Module):
         return out.last_hidden_state
 
     def fused(self, layers: torch.Tensor) -> torch.Tensor:  # [..., n d] -> [..., d]
-        """Mix the target's n layers into one input feature: each but the (normalised) final one RMS-normalised."""
+        """Mix the target's n layers into one input feature: each but the (normalised) final one
+        RMS-normalised."""
         d, n = self.fc.out_features, len(self.fuse_layers)
         if not n or layers.shape[-1] != n * d:
             fused = f" or {n * d} (its {n} fused target layers)" if n else ""
@@ -91,8 +96,10 @@ class FeatureHead(nn.Module):
     def logits(self, features: torch.Tensor) -> torch.Tensor:  # [..., d] -> [..., V]
         return self.head(features)
 
-    def reduced_logits(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # [..., d] -> ([.., K], [K])
-        """The logits of the K tokens the head can propose, and their ids (every other token has probability 0)."""
+    def reduced_logits(self, features: torch.Tensor,
+                       ) -> tuple[torch.Tensor, torch.Tensor]:  # [..., d] -> ([.., K], [K])
+        """The logits of the K tokens the head can propose, and their ids (every other token has probability
+        0)."""
         return self.head.reduced_logits(features), self.head.keep_ids
 
     @property
@@ -101,7 +108,8 @@ class FeatureHead(nn.Module):
 
 
 def grow(head: FeatureHead, target, n_layers: int, fuse_layers: tuple[int, ...] = ()) -> FeatureHead:
-    """A deeper head, or one that reads fused target layers, that starts out computing exactly what `head` computes.
+    """A deeper head, or one that reads fused target layers, that starts out computing exactly what `head`
+    computes.
 
     Its first layers are `head`'s; each new layer's two output projections (attention's o_proj, the MLP's
     down_proj) start at zero, so the layer adds nothing to the residual stream until training moves them.
@@ -113,7 +121,8 @@ def grow(head: FeatureHead, target, n_layers: int, fuse_layers: tuple[int, ...] 
         raise ValueError(f"grow makes a head deeper: asked for {n_layers} layers, the head has {n_old}")
     fuse_layers = tuple(fuse_layers) or head.fuse_layers  # a fused head stays fused
     if head.fuse_layers and fuse_layers != head.fuse_layers:
-        raise ValueError(f"the head already fuses layers {head.fuse_layers}; cannot change them to {tuple(fuse_layers)}")
+        raise ValueError(f"the head already fuses layers {head.fuse_layers}; "
+                         f"cannot change them to {tuple(fuse_layers)}")
     deeper = FeatureHead(target, n_layers, head.head.keep_ids, fuse_layers)
     missing, unexpected = deeper.load_state_dict(head.state_dict(), strict=False)
     new = tuple(f"body.layers.{i}." for i in range(n_old, n_layers)) + ("fuse.",)
@@ -135,7 +144,8 @@ def trained_state(head: FeatureHead) -> dict[str, torch.Tensor]:
 def save(head: FeatureHead, directory: Path, meta: dict) -> None:
     """config.json (architecture and training notes) and model.safetensors (float16, to stay small)."""
     directory.mkdir(parents=True, exist_ok=True)
-    state = {k: (v.half() if v.is_floating_point() else v).contiguous() for k, v in trained_state(head).items()}
+    state = {k: (v.half() if v.is_floating_point() else v).contiguous()
+             for k, v in trained_state(head).items()}
     save_file(state, directory / "model.safetensors")
     arch = {"n_layers": head.body.config.num_hidden_layers, "n_vocab": int(head.head.keep_ids.shape[0]),
             "fuse_layers": list(head.fuse_layers)}
@@ -151,7 +161,8 @@ def load(target, directory: Path | str | None = None) -> FeatureHead:
     """The shipped feature head for `target` (the offline SmolLM2-135M-Instruct), on its device and dtype."""
     directory = Path(directory) if directory is not None else WEIGHTS_DIR
     if not available(directory):
-        raise ValueError(f"no feature-draft weights in {directory}; train them with: python -m specdec_ref.distill.eagle")
+        raise ValueError(f"no feature-draft weights in {directory}; "
+                         "train them with: python -m specdec_ref.distill.eagle")
     arch = json.loads((directory / "config.json").read_text())
     state = load_file(directory / "model.safetensors")
     if state["fc.weight"].shape[0] != target.config.hidden_size:
@@ -160,7 +171,9 @@ def load(target, directory: Path | str | None = None) -> FeatureHead:
     head = FeatureHead(target, arch["n_layers"], state["head.keep_ids"], tuple(arch.get("fuse_layers", ())))
     missing, unexpected = head.load_state_dict({k: v.to(target.dtype) if v.is_floating_point() else v
                                                 for k, v in state.items()}, strict=False)
-    if unexpected or set(missing) - {"embed.weight", "head.weight", "head.sub_weight", "body.embed_tokens.weight"}:
-        raise ValueError(f"{directory} does not match the feature head: missing {missing}, unexpected {unexpected}")
+    if unexpected or set(missing) - {"embed.weight", "head.weight", "head.sub_weight",
+                                     "body.embed_tokens.weight"}:
+        raise ValueError(f"{directory} does not match the feature head: "
+                         f"missing {missing}, unexpected {unexpected}")
     head.head.sub_weight.data.copy_(target.get_output_embeddings().weight.detach()[head.head.keep_ids])
     return head.eval()

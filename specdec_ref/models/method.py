@@ -2,9 +2,9 @@
 
 Two inputs meet in one cost model:
 
-* the draft's **recorded quality**: τ, the tokens one target pass keeps, for every candidate method, greedy and
-  at T = 1, measured once on held-out prompts and shipped beside the weights (`quality.json`, with the head's
-  coverage@k per depth and α per draft position, written by `scripts/record_head_quality.py`);
+* the draft's **recorded quality**: τ, the tokens one target pass keeps, for every candidate method, greedy
+  and at T = 1, measured once on held-out prompts and shipped beside the weights (`quality.json`, with the
+  head's coverage@k per depth and α per draft position, written by `scripts/record_head_quality.py`);
 * this machine's **costs**, calibrated in a few seconds (`calibrate`) and cached on disk per machine, dtype,
   model and package version: t(k)/t(1) for the target, and the loop's cost per draft pass, per extra draft row
   and per iteration, fitted on the iterations of several methods at once.
@@ -39,10 +39,11 @@ from ..sampling import SamplingConfig
 from ..tree import TreeBudget
 
 Method = int | TreeBudget  # a chain of γ draft tokens, or an EAGLE-2 dynamic tree
-CANDIDATES: tuple[Method, ...] = (1, 2, 3, 4, 5, 6, TreeBudget(2, 2, 4), TreeBudget(3, 3, 8), TreeBudget(4, 4, 12),
-                                  TreeBudget(5, 4, 16))
+CANDIDATES: tuple[Method, ...] = (1, 2, 3, 4, 5, 6, TreeBudget(2, 2, 4), TreeBudget(3, 3, 8),
+                                  TreeBudget(4, 4, 12), TreeBudget(5, 4, 16))
+# (method, sampled): the iterations the costs are fitted on
 CALIBRATION = ((1, False), (3, False), (TreeBudget(2, 2, 4), False), (TreeBudget(4, 4, 12), False),
-               (3, True), (TreeBudget(4, 4, 12), True))  # (method, sampled): the iterations the costs are fitted on
+               (3, True), (TreeBudget(4, 4, 12), True))
 
 
 def method_name(method: Method) -> str:
@@ -66,7 +67,8 @@ def target_rows(method: Method) -> int:
 
 
 def draft_rows(method: Method, tau: float) -> list[float]:
-    """Rows of each draft pass: the first feeds the τ tokens kept last time, then 1 row (chain) or w rows (tree)."""
+    """Rows of each draft pass: the first feeds the τ tokens kept last time, then 1 row (chain) or w rows
+    (tree)."""
     if isinstance(method, TreeBudget):
         return [tau] + [float(method.topk)] * (method.depth - 1)
     return [tau] + [1.0] * (method - 1)
@@ -100,8 +102,10 @@ def predicted_speedup(method: Method, tau: float, costs: Costs, sampled: bool = 
 
 
 def choose(taus: dict[str, float], costs: Costs, sampled: bool) -> tuple[Method, dict[str, float]]:
-    """The method with the highest predicted speedup, from recorded τ by name -> (method, predictions by name)."""
-    predicted = {name: predicted_speedup(parse_method(name), tau, costs, sampled) for name, tau in taus.items()}
+    """The method with the highest predicted speedup, from recorded τ by name -> (method, predictions by
+    name)."""
+    predicted = {name: predicted_speedup(parse_method(name), tau, costs, sampled)
+                 for name, tau in taus.items()}
     return parse_method(max(predicted, key=predicted.get)), predicted
 
 
@@ -117,7 +121,8 @@ def machine_key(target, drafter) -> str:
     else:
         chip = platform.processor() or platform.machine()
         if os.path.exists("/proc/cpuinfo"):
-            names = [line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")]
+            names = [line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                     if line.startswith("model name")]
             chip = names[0] if names else chip
     from importlib.metadata import PackageNotFoundError, version
     try:
@@ -149,7 +154,8 @@ def pass_seconds(model, ks: list[int], context_len: int, repeats: int = 3) -> di
 
 
 def _iterations(target, drafter, ids, method: Method, sampled: bool, n: int) -> list[tuple[Step, float, int]]:
-    """(step, seconds since the previous iteration ended, draft passes in it) for every iteration but the first."""
+    """(step, seconds since the previous iteration ended, draft passes in it) for every iteration but the
+    first."""
     out, last = [], [None, drafter.calls]
     device = ids.device
 
@@ -224,8 +230,9 @@ class Choice:
         pg, ps = self.predicted["greedy"][g], self.predicted["T=1"][s]
         c = self.costs
         return (f"default method: {g} greedy (predicted {pg:.2f}×), {s} when sampling (predicted {ps:.2f}×); "
-                f"from this machine's t(k)/t(1) = {c.verify_cost(2):.2f} (k=2), {c.verify_cost(5):.2f} (k=5), "
-                f"{c.verify_cost(13):.2f} (k=13), draft pass c₁ = {c.c_pass:.3f}, loop overhead h₀ = {c.h0:.3f}, "
+                f"from this machine's t(k)/t(1) = {c.verify_cost(2):.2f} (k=2), "
+                f"{c.verify_cost(5):.2f} (k=5), {c.verify_cost(13):.2f} (k=13), "
+                f"draft pass c₁ = {c.c_pass:.3f}, loop overhead h₀ = {c.h0:.3f}, "
                 "and the head's recorded τ per method\n"
                 "  override: speculative_generate(..., gamma=γ) or tree=sd.TreeBudget(depth, topk, n_nodes); "
                 "SPECDEC_CALIBRATE=0 skips the calibration")
@@ -243,8 +250,9 @@ CALIBRATION_PROMPT = "Explain in a few sentences how a bicycle stays upright."  
 
 
 def default_methods(target, drafter, tokenizer, quality_path: Path) -> dict | None:
-    """{"greedy": method, "sampled": method} for a drafter whose quality.json ships, chosen on this machine; None
-    (the drafter keeps its own default) without a quality file or with SPECDEC_CALIBRATE=0. Prints the choice."""
+    """{"greedy": method, "sampled": method} for a drafter whose quality.json ships, chosen on this machine;
+    None (the drafter keeps its own default) without a quality file or with SPECDEC_CALIBRATE=0. Prints the
+    choice."""
     if os.environ.get("SPECDEC_CALIBRATE", "1") == "0" or not quality_path.exists():
         return None
     from .loading import encode_chat

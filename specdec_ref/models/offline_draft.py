@@ -38,9 +38,11 @@ class ReducedHead(nn.Module):
         super().__init__()
         self.weight = embedding  # shared with the target; never trained here
         self.register_buffer("keep_ids", keep_ids.long())  # [n] token ids the draft can propose
-        # [n, d] the rows it multiplies: a copy of the embedding's keep_ids rows (shipped only if it was trained)
+        # [n, d] the rows it multiplies: a copy of the embedding's keep_ids rows (shipped only if it was
+        # trained)
         self.sub_weight = nn.Parameter(embedding.detach()[keep_ids].clone(), requires_grad=False)
-        self.bias = nn.Parameter(torch.zeros(keep_ids.shape[0], dtype=embedding.dtype, device=embedding.device))
+        self.bias = nn.Parameter(torch.zeros(keep_ids.shape[0], dtype=embedding.dtype,
+                                             device=embedding.device))
 
     packed: PackedWeight | None = None  # oneDNN's copy of sub_weight, after `prepack_weights` (kernels.py)
 
@@ -61,8 +63,10 @@ def build(target, n_layers: int, keep_ids: torch.Tensor, init_layers: tuple[int,
     config = LlamaConfig(vocab_size=keep_ids.shape[0], hidden_size=t.hidden_size,
                          intermediate_size=t.intermediate_size, num_hidden_layers=n_layers,
                          num_attention_heads=t.num_attention_heads, num_key_value_heads=t.num_key_value_heads,
-                         head_dim=getattr(t, "head_dim", None), max_position_embeddings=t.max_position_embeddings,
-                         rms_norm_eps=t.rms_norm_eps, rope_parameters=t.rope_parameters, hidden_act=t.hidden_act,
+                         head_dim=getattr(t, "head_dim", None),
+                         max_position_embeddings=t.max_position_embeddings,
+                         rms_norm_eps=t.rms_norm_eps, rope_parameters=t.rope_parameters,
+                         hidden_act=t.hidden_act,
                          tie_word_embeddings=False, bos_token_id=t.bos_token_id, eos_token_id=t.eos_token_id,
                          pad_token_id=t.pad_token_id)
     draft = LlamaForCausalLM(config)  # built with a tiny vocabulary: the real embedding comes from the target
@@ -78,7 +82,8 @@ def build(target, n_layers: int, keep_ids: torch.Tensor, init_layers: tuple[int,
 
 
 def trained_state(draft) -> dict[str, torch.Tensor]:
-    """The tensors that are the draft's own: everything but the shared embedding (and the head rows, if frozen)."""
+    """The tensors that are the draft's own: everything but the shared embedding (and the head rows, if
+    frozen)."""
     frozen = {"model.embed_tokens.weight", "lm_head.weight"}
     if not draft.lm_head.sub_weight.requires_grad:
         frozen.add("lm_head.sub_weight")
@@ -88,7 +93,8 @@ def trained_state(draft) -> dict[str, torch.Tensor]:
 def save(draft, directory: Path, meta: dict) -> None:
     """Write config.json (architecture + training notes) and model.safetensors (float16, to stay small)."""
     directory.mkdir(parents=True, exist_ok=True)
-    state = {k: (v.half() if v.is_floating_point() else v).contiguous() for k, v in trained_state(draft).items()}
+    state = {k: (v.half() if v.is_floating_point() else v).contiguous()
+             for k, v in trained_state(draft).items()}
     save_file(state, directory / "model.safetensors")
     arch = {"n_layers": draft.config.num_hidden_layers, "n_vocab": int(draft.lm_head.keep_ids.shape[0])}
     (directory / "config.json").write_text(json.dumps({**arch, "meta": meta}, indent=1) + "\n")
@@ -102,7 +108,8 @@ def load(target, directory: Path | str | None = None):
     """The shipped draft for `target` (the offline SmolLM2-135M-Instruct), on its device and dtype."""
     directory = Path(directory) if directory is not None else WEIGHTS_DIR
     if not (directory / "config.json").exists():
-        raise ValueError(f"no draft weights in {directory}; train them with: python -m specdec_ref.distill.train")
+        raise ValueError(f"no draft weights in {directory}; "
+                         "train them with: python -m specdec_ref.distill.train")
     arch = json.loads((directory / "config.json").read_text())
     state = load_file(directory / "model.safetensors")
     if target.config.vocab_size != target.get_input_embeddings().weight.shape[0] or \
