@@ -37,7 +37,8 @@ def ci_cell_timeout(quick: bool = True, test_sh: Path = ROOT / "scripts" / "test
     """The per-cell timeout scripts/test.sh gives nbmake: `cell_timeout=$(... && echo FULL || echo QUICK)`."""
     m = re.search(r"cell_timeout=\$\(.*?echo (\d+) \|\| echo (\d+)\)", test_sh.read_text())
     if m is None:
-        raise ValueError(f"no `cell_timeout=$(... echo FULL || echo QUICK)` line in {test_sh}; pass --timeout")
+        raise ValueError(f"no `cell_timeout=$(... echo FULL || echo QUICK)` line in {test_sh}; "
+                         "pass --timeout")
     return int(m.group(2) if quick else m.group(1))
 
 
@@ -57,7 +58,8 @@ class TimedClient(NotebookClient):
 
 
 def kernel_seconds(cell, wall: float) -> float:
-    """The kernel's own time for an executed cell: its reply's timestamp minus its busy status's (else `wall`)."""
+    """The kernel's own time for an executed cell: its reply's timestamp minus its busy status's
+    (else `wall`)."""
     stamps = cell.get("metadata", {}).get("execution", {})
     try:
         start, end = (datetime.fromisoformat(stamps[k].replace("Z", "+00:00"))
@@ -73,10 +75,12 @@ def _spin() -> None:
 
 
 def time_cells(path: Path, *, quick: bool = True, timeout: int, threads: int = 1, busy: int = 0) -> dict:
-    """Execute `path` and return {notebook, quick, timeout_s, total_s, cells: [{index, seconds, first_line}]}."""
+    """Execute `path` and return
+    {notebook, quick, timeout_s, total_s, cells: [{index, seconds, first_line}]}."""
     nb = nbformat.read(path, as_version=4)
+    # the kernel inherits these, as under test.sh
     os.environ.update(SPECDEC_QUICK="1" if quick else "0", OMP_NUM_THREADS=str(threads),
-                      HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")  # the kernel inherits these, as under test.sh
+                      HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     spinners = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(busy)]
     for p in spinners:
         p.start()
@@ -106,15 +110,18 @@ def summary(result: dict) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebook", type=Path)
-    parser.add_argument("--full", action="store_true", help="full mode (SPECDEC_QUICK=0) instead of quick mode")
-    parser.add_argument("--timeout", type=int, default=None, help="cell timeout in s (default: scripts/test.sh's)")
+    parser.add_argument("--full", action="store_true",
+                        help="full mode (SPECDEC_QUICK=0) instead of quick mode")
+    parser.add_argument("--timeout", type=int, default=None,
+                        help="cell timeout in s (default: scripts/test.sh's)")
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS for the kernel (CI: 1)")
     parser.add_argument("--busy", type=int, default=0, help="CPU-bound processes to run alongside")
     parser.add_argument("--json", type=Path, default=None, help="also write the times here")
     parser.add_argument("--top", type=int, default=10, help="cells to list, slowest first (0: all, in order)")
     args = parser.parse_args(argv)
     timeout = args.timeout or ci_cell_timeout(quick=not args.full)
-    result = time_cells(args.notebook, quick=not args.full, timeout=timeout, threads=args.threads, busy=args.busy)
+    result = time_cells(args.notebook, quick=not args.full, timeout=timeout, threads=args.threads,
+                        busy=args.busy)
     result["slowest"] = slow = summary(result)
     listed = sorted(result["cells"], key=lambda c: -c["seconds"])[:args.top] if args.top else result["cells"]
     print(f"{args.notebook.name}: {'full' if args.full else 'quick'} mode, {args.threads} thread(s), "
@@ -124,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     stalls = [c for c in result["cells"] if c["wall_s"] - c["seconds"] > STALL_S]
     result["stalls"] = [c["index"] for c in stalls]
     for c in stalls:
-        print(f"  stall after cell {c['index']}: nbclient waited {c['wall_s']:.1f} s for a reply the kernel sent after "
-              f"{c['seconds']:.1f} s (jupyter/nbclient#312)")
+        print(f"  stall after cell {c['index']}: nbclient waited {c['wall_s']:.1f} s for a reply "
+              f"the kernel sent after {c['seconds']:.1f} s (jupyter/nbclient#312)")
     print(f"total {result['total_s']:.1f} s wall over {len(result['cells'])} code cells, "
           f"{sum(c['seconds'] for c in result['cells']):.1f} s in the kernel; slowest: cell {slow['index']}, "
           f"{slow['seconds']:.1f} s, headroom {slow['headroom']:.1f}x of the {timeout} s timeout "

@@ -38,7 +38,8 @@ IMAGE_MIMES = ("image/png", "image/svg+xml", "image/jpeg", "image/gif")
 
 # A widget cell is one whose code builds a widget. Not every widget output counts: in a kernel with
 # ipywidgets, tqdm's progress bars (model loading) are widgets too, and they need no static twin.
-WIDGET_SOURCE = re.compile(r"\binteract(ive)?\(|\bwidgets\.\w+\(|\bviz\.(step_through|pq_explorer)\(|\w+_(widget|explorer)\(")
+WIDGET_SOURCE = re.compile(r"\binteract(ive)?\(|\bwidgets\.\w+\(|\bviz\.(step_through|pq_explorer)\(|"
+                           r"\w+_(widget|explorer)\(")
 NEARBY = 3  # a widget's static twin must be within this many code cells of it
 IGNORED_PATHS = {"/favicon.ico"}  # browsers ask for it on their own; Sphinx does not make one
 
@@ -153,7 +154,8 @@ def notebook_expectations(nb: dict) -> tuple[int, list[str], bool]:
 
 def _is_external(url: str) -> bool:
     return urlsplit(url).scheme not in ("", "http", "https") or (
-        urlsplit(url).scheme in ("http", "https") and urlsplit(url).hostname not in ("127.0.0.1", "localhost"))
+        urlsplit(url).scheme in ("http", "https")
+        and urlsplit(url).hostname not in ("127.0.0.1", "localhost"))
 
 
 def check_links(page_rel: str, page: Page, root: Path, ids_of) -> list[str]:
@@ -173,7 +175,8 @@ def check_links(page_rel: str, page: Page, root: Path, ids_of) -> list[str]:
             continue
         frag = unquote(parts.fragment)
         if frag and target.suffix == ".html" and frag not in ids_of(target):
-            problems.append(f"broken link {href!r}: no element with id {frag!r} on {target.relative_to(root)}")
+            problems.append(f"broken link {href!r}: no element with id {frag!r} "
+                            f"on {target.relative_to(root)}")
     return problems
 
 
@@ -209,7 +212,8 @@ class _Recorder(http.server.SimpleHTTPRequestHandler):
 def serve(root: Path) -> tuple[http.server.ThreadingHTTPServer, list[tuple[str, int]]]:
     requests: list[tuple[str, int]] = []
     handler = type("Recorder", (_Recorder,), {"requests": requests})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(root)))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             functools.partial(handler, directory=str(root)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, requests
 
@@ -249,7 +253,8 @@ def check_book(root: Path, source: Path, shots: Path, binary: str) -> list[str]:
                     continue
                 url = f"http://127.0.0.1:{port}/{rel}"
                 requests.clear()
-                run = chromium(binary, Path(profile), f"--virtual-time-budget={VIRTUAL_TIME_MS}", "--dump-dom", url)
+                run = chromium(binary, Path(profile), f"--virtual-time-budget={VIRTUAL_TIME_MS}",
+                               "--dump-dom", url)
                 shot = shots / (rel.replace("/", "__").removesuffix(".html") + ".png")
                 chromium(binary, Path(profile), f"--virtual-time-budget={VIRTUAL_TIME_MS}",
                          "--window-size=1280,2000", f"--screenshot={shot}", url)
@@ -270,7 +275,8 @@ def check_page(rel: str, path: Path, run: subprocess.CompletedProcess, requests,
     problems = [f"the browser asked for {p} and got HTTP {s}" + (" (missing image)" if re.search(
         r"\.(png|svg|jpe?g|gif)$", p) else "") for p, s in dict(requests).items()
         if s >= 400 and p not in IGNORED_PATHS]
-    problems += external_resources(page) + check_links(rel, page, root, ids_of) + check_math(html_source, page)
+    problems += (external_resources(page) + check_links(rel, page, root, ids_of)
+                 + check_math(html_source, page))
     notebook = source / Path(rel).with_suffix(".ipynb")
     if notebook.exists():
         figures, widget_problems, executed = notebook_expectations(json.loads(notebook.read_text()))
@@ -287,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("html", type=Path, help="the built book, e.g. _build/html")
     parser.add_argument("--source", type=Path, help="the build's source folder with the executed notebooks "
                         "(default: the folder that holds _build)")
-    parser.add_argument("--screenshots", type=Path, help="where the screenshots go (default: HTML/../screenshots)")
+    parser.add_argument("--screenshots", type=Path,
+                        help="where the screenshots go (default: HTML/../screenshots)")
     parser.add_argument("--chromium", default="/usr/bin/chromium", help="the Chromium binary")
     args = parser.parse_args(argv)
     root = args.html.resolve()

@@ -1,4 +1,5 @@
-"""Compare feature heads the way a tree uses them: coverage@k per depth, τ of chains and trees, predicted speedup.
+"""Compare feature heads the way a tree uses them: coverage@k per depth, τ of chains and trees, predicted
+speedup.
 
     python scripts/compare_heads.py HEAD_DIR [HEAD_DIR ...] [--threads 2] [--speed] [--json runs/heads.json]
 
@@ -6,7 +7,8 @@ HEAD_DIR is an exported head (`python -m specdec_ref.distill.eagle --export DIR`
 the package. Every head is judged on the same held-out prompts (`distill.prompts.HELD_OUT`), none of which
 any training run sees:
 1. coverage@{1,2,4,8} at depths 1-4 along the target's greedy answers to HELD_OUT[:10] (`lab.coverage`);
-2. τ (tokens per target pass) of chains γ = 2, 3, 4 and dynamic trees, greedy and at T = 1, on HELD_OUT[12:16];
+2. τ (tokens per target pass) of chains γ = 2, 3, 4 and dynamic trees, greedy and at T = 1, on
+   HELD_OUT[12:16];
 3. the predicted speedup (`models.method.predicted_speedup`, the cost model of the default choice), from this
    machine's costs calibrated once (or, with --costs, those of an earlier run, so that heads compared in two
    runs share them);
@@ -42,8 +44,9 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=64, help="new tokens per prompt for τ and speed")
     p.add_argument("--speed", action="store_true", help="also measure speedups side by side (quiet machine)")
     p.add_argument("--json", default="runs/heads.json")
-    p.add_argument("--costs", default=None, help="reuse the costs (c, t(k)/t(1), overhead) of an earlier run's JSON, "
-                                                 "so that heads compared in two runs are predicted on the same costs")
+    p.add_argument("--costs", default=None,
+                   help="reuse the costs (c, t(k)/t(1), overhead) of an earlier run's JSON, "
+                        "so that heads compared in two runs are predicted on the same costs")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     target, _, tok = sd.load_offline_pair(draft="feature")
@@ -67,9 +70,11 @@ def main() -> None:
         for label, sampling in (("greedy", sd.SamplingConfig(0)), ("T=1", sd.SamplingConfig(1.0))):
             taus = method_taus(target, sd.FeatureDrafter(head), encoded, METHODS, args.tokens, sampling,
                                eos_token_id=eos)
-            pred = {m: predicted_speedup(parse_method(m), taus[m], costs, not sampling.greedy) for m in METHODS}
+            pred = {m: predicted_speedup(parse_method(m), taus[m], costs, not sampling.greedy)
+                    for m in METHODS}
             entry[label] = {"tau": taus, "predicted": pred}
-            print(f"{label}: " + "; ".join(f"{m}: τ {taus[m]:.2f}, predicted {pred[m]:.2f}×" for m in METHODS))
+            print(f"{label}: "
+                  + "; ".join(f"{m}: τ {taus[m]:.2f}, predicted {pred[m]:.2f}×" for m in METHODS))
         result["heads"][name] = entry
     if args.speed:
         for label, sampling in (("greedy", sd.SamplingConfig(0)), ("T=1", sd.SamplingConfig(1.0))):
@@ -80,7 +85,8 @@ def main() -> None:
             rows = measure_speedups(target, runs, encoded, args.tokens, sampling, eos_token_id=eos)
             plain = rows["plain"].tokens_per_second
             result[f"speed {label}"] = {n: r.tokens_per_second / plain for n, r in rows.items()}
-            print(f"measured {label}: " + ", ".join(f"{n}: {s:.2f}×" for n, s in result[f"speed {label}"].items()))
+            print(f"measured {label}: "
+                  + ", ".join(f"{n}: {s:.2f}×" for n, s in result[f"speed {label}"].items()))
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(result, indent=1, default=str))
     print(f"\nwritten to {args.json}")

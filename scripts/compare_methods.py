@@ -1,6 +1,7 @@
 """Side by side in one process on the offline pair: what the core's speed work changes, measured.
 
-    python scripts/compare_methods.py [threads] [tokens] [prompts]   # table to stdout, JSON to runs/methods.json
+    python scripts/compare_methods.py [threads] [tokens] [prompts]
+    # table to stdout, JSON to runs/methods.json
 
 1. The verify cost t(k)/t(1): the target with plain F.linear against the same target with prepacked linears
    (two copies, timed in alternating rounds, medians).
@@ -50,7 +51,8 @@ res["verify_cost"] = {name: {k: statistics.median(c.cost_ratio(k) for c in curve
                       for name, curves in rounds.items()}
 res["t1_ms"] = {name: statistics.median(c.median(1) for c in curves) * 1e3 for name, curves in rounds.items()}
 for name, row in res["verify_cost"].items():
-    print(f"{name:15s} t(1) {res['t1_ms'][name]:5.1f} ms  " + "  ".join(f"{k}:{v:.2f}" for k, v in row.items()), flush=True)
+    print(f"{name:15s} t(1) {res['t1_ms'][name]:5.1f} ms  "
+          + "  ".join(f"{k}:{v:.2f}" for k, v in row.items()), flush=True)
 del plain_copy
 
 # 2. loop overhead per iteration, ours vs Hugging Face assisted, same LM draft, γ = 3
@@ -65,13 +67,15 @@ for ids in [enc[0]] + enc:  # the first prompt twice: the first round is a warm-
                 out = sd.speculative_generate(target, sd.ModelDrafter(lm), ids, N, gamma=3, sampling=greedy)
                 wall = out.stats.seconds
             else:
-                with assistant_settings(lm, **constant_gamma(3)):  # on the draft's config: generate() ignores them
-                    _, wall = hf_generate(target, ids, N, greedy, torch.Generator().manual_seed(0), assistant_model=lm)
+                # on the draft's config: generate() ignores them
+                with assistant_settings(lm, **constant_gamma(3)):
+                    _, wall = hf_generate(target, ids, N, greedy, torch.Generator().manual_seed(0),
+                                          assistant_model=lm)
         passes = rec["calls"][0]
         over[name].append((wall - rec["seconds"]) / passes * 1e3)
 res["overhead_ms_per_iteration"] = {k: statistics.median(v[1:]) for k, v in over.items()}
-print("loop overhead per target pass (ms):", {k: round(v, 2) for k, v in res["overhead_ms_per_iteration"].items()},
-      flush=True)
+print("loop overhead per target pass (ms):",
+      {k: round(v, 2) for k, v in res["overhead_ms_per_iteration"].items()}, flush=True)
 
 # 3. chains and dynamic trees, greedy and T = 1
 budgets = {"tree (3, 3, 8)": sd.TreeBudget(3, 3, 8), "tree (4, 4, 12)": sd.TreeBudget(4, 4, 12),
@@ -82,7 +86,8 @@ for sname, sampling in (("greedy", sd.SamplingConfig(0)), ("T=1", sd.SamplingCon
     feature = sd.FeatureDrafter(head)
     methods = {"plain, ours": lambda ids: sd.autoregressive_generate(target, ids, N, **o),
                "plain, HF generate": lambda ids: hf_generate(target, ids, N, sampling, g),
-               "HF assisted, LM draft (defaults)": lambda ids: hf_generate(target, ids, N, sampling, g, assistant_model=lm),
+               "HF assisted, LM draft (defaults)": lambda ids: hf_generate(target, ids, N, sampling, g,
+                                                                           assistant_model=lm),
                "chain, LM draft γ=3": lambda ids: sd.speculative_generate(target, lm, ids, N, gamma=3, **o),
                "tree (4, 4, 12), LM draft": lambda ids: sd.speculative_generate(
                    target, lm, ids, N, tree=budgets["tree (4, 4, 12)"], **o)}
@@ -96,14 +101,15 @@ for sname, sampling in (("greedy", sd.SamplingConfig(0)), ("T=1", sd.SamplingCon
     base = max(rows["plain, ours"].tokens_per_second, rows["plain, HF generate"].tokens_per_second)
     table = {}
     for k, r in rows.items():
-        tau = (1 + sum(r.stats.accepted) / len(r.stats.accepted)) if r.stats is not None and r.stats.accepted else None
+        tau = ((1 + sum(r.stats.accepted) / len(r.stats.accepted))
+               if r.stats is not None and r.stats.accepted else None)
         table[k] = {"tok_s": r.tokens_per_second, "speedup": r.tokens_per_second / base, "tau": tau}
         print(f"{sname:6s} {k:34s} {r.tokens_per_second:6.1f} tok/s  {r.tokens_per_second / base:.2f}x  "
               f"tau={'' if tau is None else f'{tau:.2f}'}", flush=True)
     res[sname] = table
 # 4. coverage@k per depth of the feature head
-from specdec_ref.lab.compare import target_answers
-from specdec_ref.lab.coverage import coverage_by_depth
+from specdec_ref.lab.compare import target_answers  # noqa: E402
+from specdec_ref.lab.coverage import coverage_by_depth  # noqa: E402
 seqs = target_answers(target, [sd.encode_chat(tok, p) for p in HELD_OUT[:10]], 64, tok.eos_token_id)
 cov = coverage_by_depth(target, head, seqs, depth=4, ks=(1, 2, 4, 8))
 print(f"coverage@k per depth, {cov.positions} positions:")

@@ -1,7 +1,8 @@
 """Side by side in one process: plain decoding (ours and Hugging Face) against the distilled LM draft and the
 feature head, on the offline target in bfloat16, four held-out chat prompts, greedy and T=1, interleaved.
 
-    python scripts/compare_offline_drafts.py [threads] [other_head_dir]   # table to stdout and runs/compare.json
+    python scripts/compare_offline_drafts.py [threads] [other_head_dir]
+    # table to stdout and runs/compare.json
 
 other_head_dir: a second feature head (e.g. an earlier export) to run alongside the shipped one, in the same
 interleaved rounds, so that the two heads are compared on the same machine state.
@@ -33,14 +34,18 @@ for name, sampling in (("greedy", sd.SamplingConfig(0)), ("T=1", sd.SamplingConf
     methods = {"plain ours": lambda ids: sd.autoregressive_generate(target, ids, N, **o),
                "plain HF": lambda ids: hf_generate(target, ids, N, sampling, g)}
     for gam in (2, 3):
-        methods[f"LM draft γ={gam}"] = lambda ids, gam=gam: sd.speculative_generate(target, lm, ids, N, gamma=gam, **o)
+        methods[f"LM draft γ={gam}"] = lambda ids, gam=gam: sd.speculative_generate(target, lm, ids, N,
+                                                                                    gamma=gam, **o)
         for label, h in heads.items():
-            methods[f"{label} head γ={gam}"] = lambda ids, gam=gam, h=h: sd.speculative_generate(target, FeatureDrafter(h), ids, N, gamma=gam, **o)
+            methods[f"{label} head γ={gam}"] = lambda ids, gam=gam, h=h: sd.speculative_generate(
+                target, FeatureDrafter(h), ids, N, gamma=gam, **o)
     rows = run_interleaved(methods, enc, progress=lambda m: print(name, m, flush=True))
     base = max(rows["plain ours"].tokens_per_second, rows["plain HF"].tokens_per_second)
-    res[name] = {k: {"tok_s": r.tokens_per_second, "speedup": r.tokens_per_second / base, "alpha": r.alpha} for k, r in rows.items()}
+    res[name] = {k: {"tok_s": r.tokens_per_second, "speedup": r.tokens_per_second / base, "alpha": r.alpha}
+                 for k, r in rows.items()}
     for k, v in res[name].items():
-        print(f"{name:7s} {k:20s} {v['tok_s']:6.1f} tok/s  {v['speedup']:.2f}x  alpha={v['alpha']}", flush=True)
+        print(f"{name:7s} {k:20s} {v['tok_s']:6.1f} tok/s  {v['speedup']:.2f}x  alpha={v['alpha']}",
+              flush=True)
 res["c_lm"] = cost_ratio(target, lm, enc[0])
 for label, h in heads.items():
     res[f"c_{label}"] = cost_ratio(target, FeatureDrafter(h), enc[0])

@@ -1,32 +1,94 @@
-"""Loop overhead per target pass of our chain loop (LM draft, γ = 3, greedy, HELD_OUT[12:16] x 64 tokens):
-wall time minus the time inside the models' forwards, per target pass. It uses only hooks on the models, so the
-same script measures any commit of the package: `PYTHONPATH=<checkout> python scripts/loop_overhead.py`.
+"""The loop's own overhead per target pass, from hooks on the models alone: any commit of the package can
+measure it.
+
+    PYTHONPATH=<checkout> python scripts/loop_overhead.py [--threads 1] [--tokens 64] [--prompts 4]
+
+For each method (the LM draft's chain γ = 3, the feature head's chain γ = 2 and its dynamic tree 3/3/8;
+greedy, on distill.prompts.EVALUATION), the overhead is the generation's wall time minus the time spent inside the
+models' forward passes (target body and head, draft body and head; the feature head's reduced output layer
+through `ReducedHead.reduced_logits`), per target pass. t(1) is the time of one target forward in plain
+decoding, measured the same way, so h / t(1) is comparable with `python -m specdec_ref diagnose`'s h. Prints
+one JSON line; run it on two checkouts, alternating, to compare them.
 """
-import statistics, time, torch, sys, warnings
+import argparse
+import json
+import statistics
+import sys
+import time
+import warnings
+
+import torch
+
+p = argparse.ArgumentParser()
+p.add_argument("--threads", type=int, default=1)
+p.add_argument("--tokens", type=int, default=64)
+p.add_argument("--prompts", type=int, default=4)
+args = p.parse_args()
 warnings.filterwarnings("ignore")
-torch.set_num_threads(2)
-import specdec_ref as sd
-from specdec_ref.distill.prompts import HELD_OUT
-from specdec_ref.models import offline_draft
-target, tok = sd.load_offline_target(dtype=torch.float32)
-lm = offline_draft.load(target)
-mods = (target.base_model, target.get_output_embeddings(), lm.base_model, lm.get_output_embeddings())
-rec = {"s": 0.0, "calls": 0}
-st = {}
-def pre(i):
-    def h(m, a, k=None): st[i] = time.perf_counter()
-    return h
-def post(i):
-    def h(m, a, o):
-        rec["s"] += time.perf_counter() - st.pop(i)
-        if i == 0: rec["calls"] += 1
-    return h
-for i, m in enumerate(mods):
-    m.register_forward_pre_hook(pre(i)); m.register_forward_hook(post(i))
-enc = [sd.encode_chat(tok, p) for p in HELD_OUT[12:16]]
-vals = []
-for ids in [enc[0]] + enc:
-    rec["s"], rec["calls"] = 0.0, 0
-    out = sd.speculative_generate(target, sd.ModelDrafter(lm), ids, 64, gamma=3, sampling=sd.SamplingConfig(0))
-    vals.append((out.stats.seconds - rec["s"]) / rec["calls"] * 1e3)
-print(sd.__file__, "overhead per target pass (ms):", round(statistics.median(vals[1:]), 2), [round(v, 2) for v in vals[1:]])
+torch.set_num_threads(args.threads)
+import specdec_ref as sd  # noqa: E402
+from specdec_ref.distill.prompts import HELD_OUT  # noqa: E402
+from specdec_ref.models import offline_draft  # noqa: E402
+from specdec_ref.models.offline_draft import ReducedHead  # noqa: E402
+
+target, feature, tok = sd.load_offline_pair(draft="feature")
+lm = sd.prepack_for_cpu(offline_draft.load(target))
+inside = {"s": 0.0, "target": 0}
+starts = {}
+
+
+def pre(key):
+    def hook(module, a, k=None):
+        starts[key] = time.perf_counter()
+    return hook
+
+
+def post(key, is_target=False):
+    def hook(module, a, out):
+        inside["s"] += time.perf_counter() - starts.pop(key)
+        inside["target"] += is_target
+    return hook
+
+
+modules = {"target body": (target.base_model, True), "target head": (target.get_output_embeddings(), False),
+           "lm body": (lm.base_model, False), "head body": (feature.head.body, False),
+           "head fc": (feature.head.fc, False)}
+for key, (module, is_target) in modules.items():
+    module.register_forward_pre_hook(pre(key))
+    module.register_forward_hook(post(key, is_target))
+reduced = ReducedHead.reduced_logits
+
+
+def timed_reduced(self, hidden):  # the feature head's and the LM draft's output layer, by either route
+    t0 = time.perf_counter()
+    out = reduced(self, hidden)
+    inside["s"] += time.perf_counter() - t0
+    return out
+
+
+ReducedHead.reduced_logits = timed_reduced
+greedy = sd.SamplingConfig(0)
+runs = {"plain": lambda ids: sd.autoregressive_generate(target, ids, args.tokens, sampling=greedy),
+        "chain γ=3, LM": lambda ids: sd.speculative_generate(target, sd.ModelDrafter(lm), ids, args.tokens,
+                                                            gamma=3, sampling=greedy),
+        "chain γ=2, head": lambda ids: sd.speculative_generate(target, feature, ids, args.tokens, gamma=2,
+                                                              sampling=greedy),
+        "tree 3/3/8, head": lambda ids: sd.speculative_generate(target, feature, ids, args.tokens,
+                                                               tree=sd.TreeBudget(3, 3, 8), sampling=greedy)}
+enc = [sd.encode_chat(tok, q) for q in HELD_OUT[12:12 + args.prompts]]
+per_pass = {name: [] for name in runs}
+t1 = []
+for i, ids in enumerate([enc[0]] + enc):  # the first prompt twice: a warm-up round, dropped
+    for name, run in runs.items():
+        inside["s"], inside["target"] = 0.0, 0
+        t0 = time.perf_counter()
+        run(ids)
+        wall = time.perf_counter() - t0
+        if i:
+            per_pass[name].append((wall - inside["s"]) / inside["target"] * 1e3)
+            if name == "plain":
+                t1.append(inside["s"] / inside["target"] * 1e3)
+step = statistics.median(t1)
+print(json.dumps({"package": sd.__file__, "threads": args.threads, "dtype": str(target.dtype), "t1_ms": step,
+                  **{name: {"ms": statistics.median(v), "of_t1": statistics.median(v) / step}
+                     for name, v in per_pass.items()}}), file=sys.stdout)

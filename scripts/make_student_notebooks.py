@@ -28,7 +28,8 @@ STUB_TAG = "solution-stub"
 STUB_TEXT = "*Solution removed from the student copy: try it, run the checker, and ask if you are stuck.*"
 _SOLUTION_OPEN = re.compile(r"^\s*(:{3,}|`{3,})\s*\{admonition\}\s*Solution\b")
 _QUICK_LINE = re.compile(r"^QUICK\s*=.*$", re.M)  # the knobs cell's switch, at the cell's top level
-STUDENT_QUICK = "QUICK = True  # quick mode, the workshop's default: smaller, faster experiments (False: full sizes)"
+STUDENT_QUICK = ("QUICK = True  # quick mode, the workshop's default: smaller, faster experiments "
+                 "(False: full sizes)")
 
 
 def tags(cell) -> list[str]:
@@ -70,7 +71,8 @@ def is_solution_code(cell, previous) -> bool:
     """A code cell tagged `solution`, or the hidden cell that runs the solution just shown above it."""
     if cell.cell_type != "code":
         return False
-    hidden_after_solution = "hide-cell" in tags(cell) and previous is not None and is_solution_markdown(previous)
+    hidden_after_solution = ("hide-cell" in tags(cell) and previous is not None
+                             and is_solution_markdown(previous))
     return SOLUTION_TAG in tags(cell) or hidden_after_solution
 
 
@@ -92,12 +94,14 @@ def student_copy(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
         if is_solution_markdown(cell):
             text, _ = strip_solution_blocks(cell.source)
             whole = SOLUTION_TAG in tags(cell) or text.strip() == STUB_TEXT
-            out.cells.append(nbformat.v4.new_markdown_cell(STUB_TEXT if whole else text, metadata={"tags": [STUB_TAG]}))
+            out.cells.append(nbformat.v4.new_markdown_cell(STUB_TEXT if whole else text,
+                                                           metadata={"tags": [STUB_TAG]}))
         elif not is_solution_code(cell, previous):
             cell = nbformat.from_dict(dict(cell))
             if cell.cell_type == "code":
                 cell.outputs, cell.execution_count = [], None
-                if not knobs_done and _QUICK_LINE.search(cell.source):  # the first cell that sets QUICK: the knobs
+                # the first cell that sets QUICK: the knobs
+                if not knobs_done and _QUICK_LINE.search(cell.source):
                     cell.source, knobs_done = quick_by_default(cell.source), True
             out.cells.append(cell)
         previous = cell

@@ -1,13 +1,14 @@
 """Record the shipped feature head's quality beside its weights: the input of the default-method choice.
 
-    python scripts/record_head_quality.py [--prompts 8] [--tokens 64] [--out specdec_ref/models/weights/feature_draft]
+    python scripts/record_head_quality.py [--prompts 8] [--tokens 64]
+        [--out specdec_ref/models/weights/feature_draft]
 
 Writes quality.json: τ (new tokens per target pass) of every candidate method (`models.method.CANDIDATES`:
-chains γ = 1..6 and four dynamic trees), greedy and at T = 1, on `distill.prompts.TUNING` (never on EVALUATION,
-where speedups are reported); α per draft position of a γ = 4 chain; and coverage@k per depth along the
-target's greedy answers (`lab.coverage`). None of it depends on the machine's speed, only on the head and the
-target: rerun it after retraining the head. `load_offline_pair` then picks each default from these τ and this
-machine's calibrated costs (`models.method.choose_defaults`).
+chains γ = 1..6 and four dynamic trees), greedy and at T = 1, on `distill.prompts.TUNING` (never on
+EVALUATION, where speedups are reported); α per draft position of a γ = 4 chain; and coverage@k per depth
+along the target's greedy answers (`lab.coverage`). None of it depends on the machine's speed, only on the
+head and the target: rerun it after retraining the head. `load_offline_pair` then picks each default from
+these τ and this machine's calibrated costs (`models.method.choose_defaults`).
 """
 from __future__ import annotations
 
@@ -39,21 +40,26 @@ torch.set_num_threads(args.threads)
 t0 = time.time()
 target, draft, tok = sd.load_offline_pair(draft="feature")
 encoded = [sd.encode_chat(tok, q) for q in TUNING[:args.prompts]]
-methods = {method_name(m): (dict(tree=m) if isinstance(m, sd.TreeBudget) else dict(gamma=m)) for m in CANDIDATES}
+methods = {method_name(m): (dict(tree=m) if isinstance(m, sd.TreeBudget) else dict(gamma=m))
+           for m in CANDIDATES}
 quality = {"prompts": f"distill.prompts.TUNING[:{args.prompts}]", "max_new_tokens": args.tokens,
            "dtype": str(target.dtype).removeprefix("torch."), "date": time.strftime("%Y-%m-%d"), "tau": {},
            "alpha_per_position": {}}
 for name, sampling in (("greedy", sd.SamplingConfig(0)), ("T=1", sd.SamplingConfig(1.0))):
-    quality["tau"][name] = method_taus(target, draft, encoded, methods, args.tokens, sampling, 0, tok.eos_token_id)
-    print(name, {k: round(v, 3) for k, v in quality["tau"][name].items()}, f"{time.time() - t0:.0f} s", flush=True)
+    quality["tau"][name] = method_taus(target, draft, encoded, methods, args.tokens, sampling, 0,
+                                       tok.eos_token_id)
+    print(name, {k: round(v, 3) for k, v in quality["tau"][name].items()}, f"{time.time() - t0:.0f} s",
+          flush=True)
     steps = []
     for ids in encoded:
         out = sd.speculative_generate(target, draft, ids, args.tokens, gamma=4, sampling=sampling,
-                                      generator=torch.Generator().manual_seed(0), eos_token_id=tok.eos_token_id)
+                                      generator=torch.Generator().manual_seed(0),
+                                      eos_token_id=tok.eos_token_id)
         steps += list(zip(out.stats.accepted, out.stats.drafted))
     acc, exam = position_acceptance([a for a, _ in steps], [d for _, d in steps])
     quality["alpha_per_position"][name] = [a / e if e else None for a, e in zip(acc, exam)]
-cov = coverage_by_depth(target, draft.head, target_answers(target, encoded, args.tokens, tok.eos_token_id), depth=5)
+cov = coverage_by_depth(target, draft.head, target_answers(target, encoded, args.tokens, tok.eos_token_id),
+                        depth=5)
 quality["coverage"] = {"ks": list(cov.ks), "positions": cov.positions,
                        "by_depth": [[row[k] for k in cov.ks] for row in cov.by_depth],
                        "path": [[row[k] for k in cov.ks] for row in cov.path]}

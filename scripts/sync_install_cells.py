@@ -1,9 +1,10 @@
-"""Pin every chapter's Colab install cell to the commit that last changed the package; mark it for a GPU runtime.
+"""Pin every chapter's Colab install cell to the commit that last changed the package; mark it for a GPU
+runtime.
 
     python scripts/sync_install_cells.py [NOTEBOOK ...]     (default: the chapters listed in _toc.yml)
 
-The install cell runs `pip install "specdec_ref @ git+REPO_URL@<commit>" "transformers>=…,<…"` (the package at a
-commit, never a moving branch, and the transformers releases the tests cover),
+The install cell runs `pip install "specdec_ref @ git+REPO_URL@<commit>" "transformers>=…,<…"` (the package
+at a commit, never a moving branch, and the transformers releases the tests cover),
 and one that exists as soon as the branch holding it is pushed (a tag would need a separate push). The commit
 is the last one that changed what pip builds (PACKAGE below); the notebooks live outside it, so committing the
 new pin leaves the package as it was. After changing the package: commit it, run this script, commit the
@@ -23,8 +24,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from specdec_ref.chapters.notebook import COLAB_METADATA, install_args  # noqa: E402
 
-PACKAGE = ("specdec_ref", "pyproject.toml", "requirements.txt")  # what `pip install git+...@commit` builds from
-INSTALL_LINE = re.compile(r'(!pip -q install )"specdec_ref @ git\+([^"@]*)(?:@([^"]*))?"(?: "transformers[^"]*")?')
+# what `pip install git+...@commit` builds from
+PACKAGE = ("specdec_ref", "pyproject.toml", "requirements.txt")
+INSTALL_LINE = re.compile(r'(!pip -q install )"specdec_ref @ git\+([^"@]*)(?:@([^"]*))?"'
+                          r'(?: "transformers[^"]*")?')
 
 
 def git(*args: str, repo: Path = ROOT) -> str:
@@ -40,14 +43,17 @@ def package_commit(repo: Path = ROOT) -> str:
 
 
 def check_pin(commit: str, repo: Path = ROOT) -> None:
-    """ValueError unless `commit` is a full commit of this history whose package equals the package at HEAD."""
+    """ValueError unless `commit` is a full commit of this history whose package equals the package at
+    HEAD."""
     if not re.fullmatch(r"[0-9a-f]{40}", commit or ""):
         raise ValueError(f"the install cells must pin a full 40-character commit, not {commit!r}")
-    if subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=repo, capture_output=True).returncode:
+    if subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=repo,
+                      capture_output=True).returncode:
         raise ValueError(f"the pinned commit {commit[:12]} is not in this repository's history")
     changed = git("diff", "--name-only", commit, "HEAD", "--", *PACKAGE, repo=repo)
     if changed:
-        raise ValueError(f"the package changed after the pinned commit {commit[:12]} ({changed.splitlines()[:3]}): "
+        raise ValueError(f"the package changed after the pinned commit {commit[:12]} "
+                         f"({changed.splitlines()[:3]}): "
                          "commit it, run `python scripts/sync_install_cells.py`, and commit the notebooks")
 
 
@@ -61,7 +67,8 @@ def install_cell(nb) -> nbformat.NotebookNode:
     """The one code cell that pip-installs specdec_ref from git."""
     cells = [c for c in nb.cells if c.cell_type == "code" and INSTALL_LINE.search(c.source)]
     if len(cells) != 1:
-        raise ValueError(f"expected one install cell (`!pip -q install \"specdec_ref @ git+...\"`), found {len(cells)}")
+        raise ValueError("expected one install cell (`!pip -q install \"specdec_ref @ git+...\"`), "
+                         f"found {len(cells)}")
     return cells[0]
 
 

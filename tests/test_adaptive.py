@@ -37,7 +37,8 @@ def test_greedy_adaptive_speculative_equals_greedy_target(name):
 def test_confidence_stop_proposes_fewer_tokens_when_unsure():
     _, draft = tiny_pair(vocab_size=8, seed=0, noise=0.3, hidden=32, n_layers=2)
     ids = torch.tensor([1, 2, 3, 4])
-    always = sd.ModelDrafter(draft, confidence_stop=1.0)  # no distribution has top probability >= 1: stop at once
+    # no distribution has top probability >= 1: stop at once
+    always = sd.ModelDrafter(draft, confidence_stop=1.0)
     never = sd.ModelDrafter(draft, confidence_stop=0.0)
     assert always.propose(ids, 5, T1)[0].shape[0] == 1
     assert never.propose(ids, 5, T1)[0].shape[0] == 5
@@ -113,7 +114,8 @@ def _counts(target, drafter, gamma, seed=0):
 def test_adaptive_speculative_sequences_match_exact_target_distribution(pair3, name):
     target, draft = pair3
     drafter = adaptive_drafters(draft)[name]
-    result = chi_square_gof(_counts(target, drafter, 4), exact_sequence_distribution(target, PROMPT, N_TOKENS, T1))
+    result = chi_square_gof(_counts(target, drafter, 4),
+                            exact_sequence_distribution(target, PROMPT, N_TOKENS, T1))
     assert not result.rejects(SIGNIFICANCE), f"{name}: {result}"
 
 

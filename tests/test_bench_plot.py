@@ -1,4 +1,5 @@
-"""`plot_bench` draws the side-by-side figure from a benchmark result, and `bench --plot` asks for it (no model needed)."""
+"""`plot_bench` draws the side-by-side figure from a benchmark result, and `bench --plot` asks for it (no
+model needed)."""
 import matplotlib.image
 
 from specdec_ref.cli import main
@@ -36,4 +37,5 @@ def test_bench_cli_passes_plot_path_to_plot_bench(monkeypatch, tmp_path):
     monkeypatch.setattr(bench, "run_bench", lambda *a, **k: synthetic_result())
     monkeypatch.setattr(bench, "plot_bench", lambda result, path: seen.update(path=path, result=result))
     main(["bench", "--prompts", "1", "--json", "", "--plot", str(tmp_path / "b.png"), "--pair", "auto"])
-    assert seen["path"] == str(tmp_path / "b.png") and seen["result"]["rows"][1]["method"].startswith("speculative")
+    assert (seen["path"] == str(tmp_path / "b.png")
+            and seen["result"]["rows"][1]["method"].startswith("speculative"))

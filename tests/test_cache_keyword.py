@@ -20,7 +20,8 @@ class OldKeyword(LlamaForCausalLM):
     """A Llama whose forward names the cache `past_key_values`, as transformers 5.17 does."""
 
     def forward(self, input_ids=None, past_key_values=None, **kwargs):
-        return super().forward(input_ids=input_ids, **{_cache_keyword(LlamaForCausalLM): past_key_values}, **kwargs)
+        return super().forward(input_ids=input_ids, **{_cache_keyword(LlamaForCausalLM): past_key_values},
+                               **kwargs)
 
 
 class IgnoresCache(LlamaForCausalLM):
@@ -54,7 +55,7 @@ def test_a_forward_without_a_cache_keyword_is_refused():
 
 
 def test_speculative_decoding_is_right_with_the_older_keyword():
-    target, draft = tiny_llama(seed=0), tiny_llama(seed=1)
+    target = tiny_llama(seed=0)
     ids = torch.tensor([[1, 2, 3]])
     plain = sd.autoregressive_generate(target, ids, 20, sampling=GREEDY).tokens
     old_t, old_d = as_class(tiny_llama(seed=0), OldKeyword), as_class(tiny_llama(seed=1), OldKeyword)

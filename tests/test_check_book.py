@@ -48,7 +48,8 @@ def test_figures_counted_unless_removed_or_glued():
 
 def test_widget_without_static_twin_is_reported():
     far = [code(f"x{i} = {i}", [TEXT]) for i in range(4)]
-    lonely = {"cells": [code("plot()", [PNG]), *far, code("viz.step_through(a, b)", [TEXT], ["remove-output"])]}
+    lonely = {"cells": [code("plot()", [PNG]), *far,
+                        code("viz.step_through(a, b)", [TEXT], ["remove-output"])]}
     assert cb.notebook_expectations(lonely)[1]
     twin = {"cells": [*far, code("plot()", [PNG]), code("interact(f, x=1)", [TEXT])]}
     assert cb.notebook_expectations(twin)[1] == []
@@ -74,7 +75,8 @@ def test_chromium_finds_a_missing_image_a_broken_link_and_a_missing_figure(tmp_p
     html = tmp_path / "_build" / "html"
     (html / "book").mkdir(parents=True)
     (html / "index.html").write_text('<meta http-equiv="Refresh" content="0; url=book/good.html" />')
-    (html / "book" / "good.html").write_text('<html><body><h1 id="t">fine</h1><a href="#t">top</a></body></html>')
+    (html / "book" / "good.html").write_text('<html><body><h1 id="t">fine</h1>'
+                                             '<a href="#t">top</a></body></html>')
     (html / "book" / "ch.html").write_text('<html><body><img src="../_images/gone.png">'
                                            '<a href="nowhere.html">x</a></body></html>')
     (tmp_path / "book").mkdir()

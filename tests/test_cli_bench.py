@@ -19,7 +19,7 @@ def test_cli_generates_and_reports_acceptance_and_speed():
     out = _run("--max-new-tokens", "6", "--prompt", "Say hello.", "--threads", "2")
     assert out.returncode == 0, out.stderr
     assert "acceptance rate" in out.stdout and "tokens/s" in out.stdout and "speedup" in out.stdout
-    line = next(l for l in out.stdout.splitlines() if l.startswith("greedy outputs identical: "))
+    line = next(s for s in out.stdout.splitlines() if s.startswith("greedy outputs identical: "))
     assert line.endswith(": yes") or ("logit gap" in line and " vs " in line and "]" in line), line
 
 

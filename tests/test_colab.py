@@ -1,4 +1,5 @@
-"""Colab in one click: one repository URL, install cells pinned to a commit, chapters that open on a GPU runtime."""
+"""Colab in one click: one repository URL, install cells pinned to a commit, chapters that open on a GPU
+runtime."""
 import importlib.util
 import re
 import subprocess
@@ -11,7 +12,8 @@ import yaml
 from specdec_ref.chapters import notebook
 
 ROOT = Path(__file__).resolve().parent.parent
-spec = importlib.util.spec_from_file_location("sync_install_cells", ROOT / "scripts" / "sync_install_cells.py")
+spec = importlib.util.spec_from_file_location("sync_install_cells",
+                                              ROOT / "scripts" / "sync_install_cells.py")
 sync = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(sync)
 CHAPTERS = sync.chapters()
@@ -20,8 +22,8 @@ CHAPTERS = sync.chapters()
 def test_repo_url_is_the_one_in_config_yml():
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
     assert config["repository"]["url"].rstrip("/") == notebook.REPO_URL, (
-        "_config.yml's repository.url (the launch buttons) and specdec_ref.chapters.notebook.REPO_URL (the install "
-        "cells) must name the same repository")
+        "_config.yml's repository.url (the launch buttons) and specdec_ref.chapters.notebook.REPO_URL "
+        "(the install cells) must name the same repository")
 
 
 def pins() -> set[str | None]:
@@ -29,18 +31,21 @@ def pins() -> set[str | None]:
 
 
 def has_history(repo: Path) -> bool:
-    inside = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=repo, capture_output=True, text=True)
+    inside = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=repo, capture_output=True,
+                            text=True)
     return inside.returncode == 0 and inside.stdout.strip() == "false"
 
 
 def test_every_chapter_pins_the_same_full_commit():
     (commit,) = pins()  # one pin for the whole book
-    assert re.fullmatch(r"[0-9a-f]{40}", commit or ""), f"pin {commit!r}: run `python scripts/sync_install_cells.py`"
+    assert re.fullmatch(r"[0-9a-f]{40}", commit or ""), \
+        f"pin {commit!r}: run `python scripts/sync_install_cells.py`"
 
 
 def test_the_pinned_commit_installs_the_package_at_head():
     if not has_history(ROOT):
-        pytest.skip("no full git history here (a shallow clone or an unpacked archive): nothing to compare the pin to")
+        pytest.skip("no full git history here (a shallow clone or an unpacked archive): "
+                    "nothing to compare the pin to")
     (commit,) = pins()
     sync.check_pin(commit)
 

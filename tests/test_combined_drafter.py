@@ -37,7 +37,8 @@ def test_fallback_drafter_with_unrelated_model_equals_greedy_target():
     target, other = tiny_llama(8, seed=0, hidden=32), tiny_llama(8, seed=99, hidden=32)
     ids = torch.tensor([[1, 2, 3, 1, 2]])
     plain = sd.autoregressive_generate(target, ids, 30, sampling=greedy).tokens.tolist()
-    assert sd.speculative_generate(target, combined(other, 8), ids, 30, gamma=3, sampling=greedy).tokens.tolist() == plain
+    assert sd.speculative_generate(target, combined(other, 8), ids, 30, gamma=3,
+                                   sampling=greedy).tokens.tolist() == plain
 
 
 def test_fallback_drafter_refuses_an_empty_list():

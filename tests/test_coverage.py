@@ -1,4 +1,5 @@
-"""Coverage@k per depth: monotone in k, a path rate never above its depth's rate, and an exact head covers all."""
+"""Coverage@k per depth: monotone in k, a path rate never above its depth's rate, and an exact head covers
+all."""
 import pytest
 import torch
 

@@ -46,9 +46,10 @@ def test_position_acceptance_counts_only_examined_positions():
 @pytest.mark.slow
 def test_cli_diagnose_prints_a_verdict_and_writes_every_json_key(tmp_path):
     path = tmp_path / "d.json"
-    out = subprocess.run([sys.executable, "-m", "specdec_ref", "diagnose", "--prompts", "1", "--max-new-tokens", "8",
-                          "--gamma-max", "2", "--threads", "1", "--json", str(path)],
-                         capture_output=True, text=True, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    out = subprocess.run([sys.executable, "-m", "specdec_ref", "diagnose", "--prompts", "1",
+                          "--max-new-tokens", "8", "--gamma-max", "2", "--threads", "1", "--json", str(path)],
+                         capture_output=True, text=True, timeout=900,
+                         env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert out.returncode == 0, out.stderr
     assert "γ =" in out.stdout and ("Use γ" in out.stdout or "will not pay off" in out.stdout)
     result = json.loads(path.read_text())
@@ -56,15 +57,18 @@ def test_cli_diagnose_prints_a_verdict_and_writes_every_json_key(tmp_path):
                 "measured_speedup", "kernel_path", "tau_by_method", "predicted_by_method", "best_method",
                 "best_method_measured_speedup"):
         assert key in result
-    largest_tree = max(t["n_nodes"] for t in result["settings"]["trees"]) if result["settings"]["trees"] else 0
+    largest_tree = (max(t["n_nodes"] for t in result["settings"]["trees"])
+                    if result["settings"]["trees"] else 0)
     assert len(result["verify_cost"]) == max(3, largest_tree + 1) and result["verify_cost"][0] == 1.0
     assert set(result["tau_by_method"]) == set(result["predicted_by_method"]) >= {"chain γ=1", "chain γ=2"}
     assert "kernel path:" in out.stdout and "best method by prediction" in out.stdout
-    if result["coverage"] is not None:  # the default draft is the feature head where its weights are installed
+    # the default draft is the feature head where its weights are installed
+    if result["coverage"] is not None:
         cov = result["coverage"]
         assert cov["ks"] == [1, 2, 4, 8] and cov["positions"] > 0
         assert all(0 <= x <= 1 for row in cov["by_depth"] + cov["path"] for x in row)
-        assert all(p <= c + 1e-9 for prow, crow in zip(cov["path"], cov["by_depth"]) for p, c in zip(prow, crow))
+        assert all(p <= c + 1e-9 for prow, crow in zip(cov["path"], cov["by_depth"])
+                   for p, c in zip(prow, crow))
         assert "coverage@k by depth" in out.stdout
 
 

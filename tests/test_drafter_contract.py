@@ -6,12 +6,12 @@ import torch
 import specdec_ref as sd
 from specdec_ref.cache import CachedModel
 from specdec_ref.models.feature_draft import FeatureHead
-from specdec_ref.models.toy import tiny_llama, tiny_pair
+from specdec_ref.models.toy import tiny_pair
 
 GREEDY = sd.SamplingConfig(temperature=0)
 N_NEW = 150  # tokens per generation: enough for 20+ iterations even when most drafts are accepted
 MEMBERS = ("vocab_size", "default_gamma", "wants_target_hidden", "calls", "n_cached", "propose", "sync",
-           "propose_tree")
+           "propose_tree", "default_method")
 
 
 def feature_head(target, seed=0):
@@ -27,7 +27,8 @@ def make_drafters(target, draft):
         "feature": lambda: sd.FeatureDrafter(feature_head(target)),
         "ngram": lambda: sd.NgramDrafter(V),
         "scheduled(model)": lambda: sd.ScheduledDrafter(sd.ModelDrafter(draft)),
-        "fallback(ngram, feature)": lambda: sd.FallbackDrafter(sd.NgramDrafter(V), sd.FeatureDrafter(feature_head(target))),
+        "fallback(ngram, feature)": lambda: sd.FallbackDrafter(sd.NgramDrafter(V),
+                                                               sd.FeatureDrafter(feature_head(target))),
     }
 
 
@@ -54,8 +55,8 @@ def test_wrappers_forward_what_the_loop_reads(pair8):
 
 
 def test_fallback_over_a_feature_drafter_really_drafts(pair8):
-    """Bug fixed: the loop sniffed a flag the wrapper did not have, so the target never kept its features and the
-    feature drafter behind a FallbackDrafter never proposed a token."""
+    """Bug fixed: the loop sniffed a flag the wrapper did not have, so the target never kept its features and
+    the feature drafter behind a FallbackDrafter never proposed a token."""
     target, _ = pair8
     drafter = sd.FallbackDrafter(sd.NgramDrafter(8, min_ngram=3), sd.FeatureDrafter(feature_head(target)))
     out = sd.speculative_generate(target, drafter, torch.tensor([[1, 2, 3, 4]]), 30, gamma=3, sampling=GREEDY)
@@ -77,13 +78,15 @@ def from_scratch(make, target, context: torch.Tensor, gamma: int):
     return drafter.propose(context, gamma, GREEDY)
 
 
-@pytest.mark.parametrize("name", ["model", "feature", "ngram", "scheduled(model)", "fallback(ngram, feature)"])
+@pytest.mark.parametrize("name", ["model", "feature", "ngram", "scheduled(model)",
+                                  "fallback(ngram, feature)"])
 def test_proposals_after_many_iterations_equal_a_from_scratch_computation(pair8, name):
     target, draft = pair8
     make = make_drafters(target, draft)[name]
     prompt = torch.tensor([[1, 2, 3, 4]])
     steps = []
-    out = sd.speculative_generate(target, make(), prompt, N_NEW, gamma=3, sampling=GREEDY, on_step=steps.append)
+    out = sd.speculative_generate(target, make(), prompt, N_NEW, gamma=3, sampling=GREEDY,
+                                  on_step=steps.append)
     sequence = torch.cat([prompt[0], out.tokens])
     assert len(steps) >= 20, f"only {len(steps)} iterations"
     checked = 0
@@ -110,7 +113,8 @@ def test_trees_after_many_iterations_equal_a_from_scratch_computation(pair8, nam
     budget = sd.TreeBudget(depth=3, topk=2, n_nodes=5)
     prompt = torch.tensor([[1, 2, 3, 4]])
     steps = []
-    out = sd.speculative_generate(target, make(), prompt, N_NEW, tree=budget, sampling=GREEDY, on_step=steps.append)
+    out = sd.speculative_generate(target, make(), prompt, N_NEW, tree=budget, sampling=GREEDY,
+                                  on_step=steps.append)
     sequence = torch.cat([prompt[0], out.tokens])
     assert len(steps) >= 20
     for step in steps[20:-3]:  # the last steps are cut short by max_new_tokens
@@ -125,7 +129,8 @@ def test_trees_after_many_iterations_equal_a_from_scratch_computation(pair8, nam
         drafter.sync(context.shape[0] - 1, hidden)
         tree, tokens, draft_probs = drafter.propose_tree(context, budget, GREEDY)
         assert draft_probs is None  # top-k children: judged as point masses
-        assert tree == step.tree and tokens[1:].tolist() == step.draft_tokens.tolist(), f"{name} at {step.context_len}"
+        assert tree == step.tree and tokens[1:].tolist() == step.draft_tokens.tolist(), \
+            f"{name} at {step.context_len}"
 
 
 def test_a_drafter_without_propose_tree_is_refused_by_the_tree_loop(pair8):
@@ -151,11 +156,12 @@ class ProposeOnly:
         return context_ids[-1:].repeat(gamma), torch.full((gamma, 8), 1 / 8)
 
 
-@pytest.mark.parametrize("method", [dict(gamma=2), dict(tree=(2, 1)), dict(tree=sd.TreeBudget(2, 2, 3)), {}], ids=str)
+@pytest.mark.parametrize("method", [dict(gamma=2), dict(tree=(2, 1)), dict(tree=sd.TreeBudget(2, 2, 3)), {}],
+                         ids=str)
 def test_a_drafter_with_only_propose_is_refused_naming_what_it_lacks(pair8, method):
     target, _ = pair8
-    with pytest.raises(ValueError, match="ProposeOnly lacks sync, vocab_size, default_gamma, wants_target_hidden, "
-                                         "calls, n_cached: see specdec_ref.Drafter"):
+    with pytest.raises(ValueError, match="ProposeOnly lacks sync, vocab_size, default_gamma, "
+                                         "wants_target_hidden, calls, n_cached: see specdec_ref.Drafter"):
         sd.speculative_generate(target, ProposeOnly(), torch.tensor([[1, 2]]), 5, **method)
     with pytest.raises(ValueError, match="ProposeOnly lacks sync"):
         sd.FallbackDrafter(sd.NgramDrafter(8), ProposeOnly())
@@ -163,7 +169,8 @@ def test_a_drafter_with_only_propose_is_refused_naming_what_it_lacks(pair8, meth
 
 @pytest.mark.parametrize("shape", [sd.Tree.from_branching((2, 2)), sd.TreeBudget(depth=2, topk=2, n_nodes=4)])
 def test_every_tree_drafter_drafts_static_and_dynamic_shapes(pair8, shape):
-    """propose_tree takes either shape; sampled static children come with their draft rows, others as point masses."""
+    """propose_tree takes either shape; sampled static children come with their draft rows, others as point
+    masses."""
     target, draft = pair8
     ids = torch.tensor([[1, 2, 3, 1, 2]])
     for name, make in make_drafters(target, draft).items():
@@ -175,5 +182,6 @@ def test_every_tree_drafter_drafts_static_and_dynamic_shapes(pair8, shape):
             assert drafted, f"{name} drafted nothing"
             sampled_rows = [s.draft_probs is not None for s in drafted]
             expect = isinstance(shape, sd.Tree) and not sampling.greedy and "ngram" not in name
-            if not name.startswith("fallback"):  # a fallback mixes lookup and the head, iteration by iteration
+            # a fallback mixes lookup and the head, iteration by iteration
+            if not name.startswith("fallback"):
                 assert all(r == expect for r in sampled_rows), f"{name} {sampling}"

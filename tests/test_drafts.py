@@ -20,8 +20,10 @@ def test_early_exit_and_int8_copies_plug_into_the_loop_and_stay_exact():
     target = tiny_llama(8, seed=0, hidden=64, n_layers=3, dtype=torch.float32)
     ids, greedy = torch.tensor([[1, 2, 3, 4]]), sd.SamplingConfig(0)
     plain = sd.autoregressive_generate(target, ids, 12, sampling=greedy).tokens.tolist()
-    for draft in (drafts.early_exit_draft(target, 1), drafts.int8_copy(target), drafts.int8_copy(target, activations=False)):
-        assert sd.speculative_generate(target, draft, ids, 12, gamma=3, sampling=greedy).tokens.tolist() == plain
+    for draft in (drafts.early_exit_draft(target, 1), drafts.int8_copy(target),
+                  drafts.int8_copy(target, activations=False)):
+        assert sd.speculative_generate(target, draft, ids, 12, gamma=3,
+                                       sampling=greedy).tokens.tolist() == plain
 
 
 def test_weight_only_int8_linear_is_close_to_the_float_layer():
@@ -57,7 +59,8 @@ def test_tv_loss_is_one_minus_overlap_and_kl_is_the_default():
 
     q_logits = torch.log(torch.tensor([[0.5, 0.3, 0.2]]))
     lab_ids, lab_p = torch.tensor([[0, 1]]), torch.tensor([[0.2, 0.8]])
-    args = (torch.zeros(1, 2, dtype=torch.long), torch.tensor([0]), torch.tensor([0]), lab_ids, lab_p, torch.float32)
+    args = (torch.zeros(1, 2, dtype=torch.long), torch.tensor([0]), torch.tensor([0]), lab_ids, lab_p,
+            torch.float32)
     tv, _ = distill_loss(Draft(q_logits), *args, loss="tv")
     assert float(tv) == pytest.approx(1 - (0.2 + 0.3))
     kl, _ = distill_loss(Draft(q_logits), *args)
@@ -67,7 +70,8 @@ def test_tv_loss_is_one_minus_overlap_and_kl_is_the_default():
 
 
 def test_training_dtype_follows_the_device_unless_named(monkeypatch):
-    """auto never trains in an emulated or float16 dtype; a named dtype is taken as given, a bad one refused."""
+    """auto never trains in an emulated or float16 dtype; a named dtype is taken as given, a bad one
+    refused."""
     from specdec_ref.distill import train
     model = torch.nn.Linear(2, 2)
     for device_best, gen, training in ((torch.bfloat16, torch.bfloat16, torch.bfloat16),

@@ -18,7 +18,8 @@ def test_quick_eagle_run_trains_resumes_and_exports(offline_pair, tmp_path):
     assert [c["step"] for c in curve] == [3, 6]
     assert (tmp_path / "run" / "ckpt.pt").exists() and (tmp_path / "run" / "prompts.json").exists()
     prompts = json.loads((tmp_path / "run" / "prompts.json").read_text())
-    assert not set(p.lower() for p in prompts) & set(p.lower() for p in eagle.HELD_OUT)  # held out stays held out
+    # held out stays held out
+    assert not set(p.lower() for p in prompts) & set(p.lower() for p in eagle.HELD_OUT)
     assert set(report) == {"greedy", "T=1"} and len(report["greedy"]) == 4
     _, again, _ = eagle.run(cfg, target, tok)  # every stage resumes: nothing left to do
     assert again == curve
@@ -84,7 +85,8 @@ def test_training_time_test_passes_equal_drafting_from_own_features():
     cache = DynamicCache()
     first = head(hid[None, :-1], ids[None, 1:], cache)
     feats = torch.cat([first[:, :1], first[:, :-1]], dim=1)
-    wrong = head(feats, ids[None, 1:], cache, position_ids=torch.arange(L - 1)[None], attention_mask=wrong_mask)
+    wrong = head(feats, ids[None, 1:], cache, position_ids=torch.arange(L - 1)[None],
+                 attention_mask=wrong_mask)
     assert not torch.allclose(wrong[0, 5:], passes[1][0, 5:], atol=1e-3)
 
 
@@ -129,7 +131,8 @@ def test_fused_head_starts_as_the_plain_head_and_reads_the_layers_it_names():
     out = target.model(input_ids=ids[None], output_hidden_states=True)
     layers = layer_features(out.hidden_states, (0, 1, -1))  # [1, 9, 96]
     torch.testing.assert_close(layers[..., -32:], out.last_hidden_state)
-    torch.testing.assert_close(fused(layers[:, :-1], ids[None, 1:]), head(out.last_hidden_state[:, :-1], ids[None, 1:]))
+    torch.testing.assert_close(fused(layers[:, :-1], ids[None, 1:]),
+                               head(out.last_hidden_state[:, :-1], ids[None, 1:]))
     # the loop's cache keeps exactly those layers for a fused drafter, and the same logits as without them
     lm, plain = CachedModel(target, keep_hidden=(0, 1, -1)), CachedModel(target, keep_hidden=True)
     torch.testing.assert_close(lm.logits(ids), plain.logits(ids))
@@ -137,8 +140,8 @@ def test_fused_head_starts_as_the_plain_head_and_reads_the_layers_it_names():
     assert FeatureDrafter(fused).wants_target_hidden == (0, 1, -1)
     # power: once `fuse` mixes in the other layers, the output moves
     fused.fuse.weight[:, :32].normal_(0, 0.1, generator=g)
-    assert not torch.allclose(fused(layers[:, :-1], ids[None, 1:]), head(out.last_hidden_state[:, :-1], ids[None, 1:]),
-                              atol=1e-3)
+    assert not torch.allclose(fused(layers[:, :-1], ids[None, 1:]),
+                              head(out.last_hidden_state[:, :-1], ids[None, 1:]), atol=1e-3)
     with pytest.raises(ValueError, match="fused target layers"):
         fused(layers[..., :64], ids[None])
     with pytest.raises(ValueError, match="ending with -1"):

@@ -72,8 +72,8 @@ def test_every_draft_position_is_reached(pair3):
     steps = []
     g = torch.Generator().manual_seed(0)
     for _ in range(200):
-        sd.speculative_generate(target, draft, torch.tensor([PROMPT]), N_TOKENS, gamma=4, sampling=T1, generator=g,
-                                on_step=steps.append)
+        sd.speculative_generate(target, draft, torch.tensor([PROMPT]), N_TOKENS, gamma=4, sampling=T1,
+                                generator=g, on_step=steps.append)
     assert max(s.draft_tokens.shape[0] for s in steps) == 4
     assert sum(s.n_accepted >= 3 for s in steps) > 20  # position 4 is examined often
 
@@ -83,7 +83,8 @@ def test_every_draft_position_is_reached(pair3):
 @pytest.mark.parametrize("broken, gamma", [(verify_without_residual, 2), (verify_argmax, 2),
                                            (verify_late_without_residual, 4)])
 def test_chi_square_rejects_broken_verify(pair3, broken, gamma):
-    """Includes a bug that only shows at draft positions >= 3: a test that drafts 2 tokens could not see it."""
+    """Includes a bug that only shows at draft positions >= 3: a test that drafts 2 tokens could not see
+    it."""
     target, draft = pair3
     with using_verify(broken):
         c = counts(target, draft, gamma, T1)
@@ -125,7 +126,8 @@ def test_greedy_speculative_with_unrelated_draft_and_ngram_drafter_equals_greedy
     ids = torch.tensor([[1, 2, 3, 1, 2]])
     plain = sd.autoregressive_generate(target, ids, 30, sampling=greedy).tokens.tolist()
     assert sd.speculative_generate(target, other, ids, 30, gamma=3, sampling=greedy).tokens.tolist() == plain
-    assert sd.speculative_generate(target, sd.NgramDrafter(8), ids, 30, gamma=3, sampling=greedy).tokens.tolist() == plain
+    assert sd.speculative_generate(target, sd.NgramDrafter(8), ids, 30, gamma=3,
+                                   sampling=greedy).tokens.tolist() == plain
 
 
 def test_greedy_comparison_detects_argmax_bug_free_but_wrong_loop(toy_pair):

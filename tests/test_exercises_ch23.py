@@ -36,9 +36,9 @@ def test_checkers_report_unattempted_exercises_without_failing(capsys):
 def test_check_greedy_verify_accepts_correct_and_rejects_off_by_one_answers():
     ch2.check_greedy_verify(greedy_verify)
     with pytest.raises(AssertionError):
-        ch2.check_greedy_verify(lambda d, l: (d.shape[0], l[-1].argmax()))  # accepts everything
+        ch2.check_greedy_verify(lambda d, lg: (d.shape[0], lg[-1].argmax()))  # accepts everything
     with pytest.raises(AssertionError):
-        ch2.check_greedy_verify(lambda d, l: greedy_verify(d, l[1:].repeat(2, 1)))  # rows shifted by one
+        ch2.check_greedy_verify(lambda d, lg: greedy_verify(d, lg[1:].repeat(2, 1)))  # rows shifted by one
 
 
 def test_check_fixed_verify_passes_the_package_verify():
@@ -54,14 +54,16 @@ def test_check_fixed_verify_rejects_broken_verifies(broken):
 def test_cache_lengths_formula_matches_the_real_loop(toy_pair):
     target, draft = toy_pair
     steps = []
-    sd.speculative_generate(target, draft, torch.tensor([[1, 2, 3]]), 30, gamma=3, sampling=sd.SamplingConfig(1.0),
-                            generator=torch.Generator().manual_seed(0), on_step=steps.append)
+    sd.speculative_generate(target, draft, torch.tensor([[1, 2, 3]]), 30, gamma=3,
+                            sampling=sd.SamplingConfig(1.0), generator=torch.Generator().manual_seed(0),
+                            on_step=steps.append)
     checked = 0
     for s in steps:
         if s.draft_tokens.shape[0] == 0:
             continue
         want = ch2.cache_lengths(s.context_len, s.draft_tokens.shape[0], s.n_accepted)
-        assert want == (s.target_cache_before, s.target_cache_after, s.draft_cache_before, s.draft_cache_after)
+        assert want == (s.target_cache_before, s.target_cache_after,
+                        s.draft_cache_before, s.draft_cache_after)
         checked += 1
     assert checked >= 5 and any(s.n_accepted == s.draft_tokens.shape[0] for s in steps)
 
@@ -90,7 +92,8 @@ def test_check_residual_rejects_nan_when_distributions_are_equal():
 
 
 def test_sequence_test_used_by_check_residual_rejects_a_half_wrong_residual():
-    """The checker's statistical stage has power: half residual, half p_target, swapped into verify, is rejected."""
+    """The checker's statistical stage has power: half residual, half p_target, swapped into verify, is
+    rejected."""
     wrong = lambda p, q: (0.5 * (p - q).clamp(min=0) / (p - q).clamp(min=0).sum().clamp(min=1e-300) + 0.5 * p)  # noqa: E731
     with ch3.using_residual(wrong):
         assert ch3.toy_exactness_test(1500).rejects()
@@ -153,7 +156,8 @@ def reader_step(target_lm, drafter, tokens, gamma, sampling, generator):
     """A reader's answer: returns only the new sequence, as the capstone allows."""
     draft_tokens, draft_probs = drafter.propose(tokens, gamma, sampling, generator)
     g = draft_tokens.shape[0]
-    target_probs = sd.logits_to_probs(target_lm.logits(torch.cat([tokens, draft_tokens]))[-(g + 1):], sampling)
+    target_probs = sd.logits_to_probs(target_lm.logits(torch.cat([tokens, draft_tokens]))[-(g + 1):],
+                                      sampling)
     n, next_token = sd.verify(draft_tokens, draft_probs.to(target_probs.dtype), target_probs, generator)
     new_tokens = torch.cat([tokens, draft_tokens[:n], next_token])
     target_lm.rollback(new_tokens.shape[0] - 1)
@@ -168,7 +172,8 @@ def test_check_capstone_step_passes_a_reader_step_that_returns_only_the_tokens()
 def test_check_capstone_step_names_a_cache_that_was_not_rolled_back():
     def no_rollback(target_lm, drafter, tokens, gamma, sampling, generator):
         draft_tokens, draft_probs = drafter.propose(tokens, gamma, sampling, generator)
-        target_probs = sd.logits_to_probs(target_lm.logits(torch.cat([tokens, draft_tokens]))[-(gamma + 1):], sampling)
+        target_probs = sd.logits_to_probs(target_lm.logits(torch.cat([tokens, draft_tokens]))[-(gamma + 1):],
+                                          sampling)
         n, next_token = sd.verify(draft_tokens, draft_probs, target_probs, generator)
         return torch.cat([tokens, draft_tokens[:n], next_token])
     with pytest.raises(AssertionError, match="rollback"):
@@ -183,6 +188,7 @@ def test_check_capstone_step_names_a_cache_that_was_not_rolled_back():
     broken.step_target_unprocessed,
 ], ids=lambda f: f.__name__)
 def test_check_capstone_step_rejects_the_broken_steps(broken_step):
-    """Power: at the sample size the tests use (1000; the chapter's quick mode uses the same), every bug is caught."""
+    """Power: at the sample size the tests use (1000; the chapter's quick mode uses the same), every bug is
+    caught."""
     with pytest.raises(AssertionError):
         ch3.check_capstone_step(broken_step, n_sequences=1000)

@@ -1,4 +1,5 @@
-"""Chapter 4's exercise checkers: they pass right answers, reject wrong ones, and wait politely for untouched ones."""
+"""Chapter 4's exercise checkers: they pass right answers, reject wrong ones, and wait politely for untouched
+ones."""
 import pytest
 
 from specdec_ref.chapters.exercises import ch4

@@ -1,5 +1,6 @@
-"""Chapter 5's checkers: untouched answers say "Not attempted yet", wrong ones fail with a hint, right ones pass.
-Also the coverage-weighted speedup (chapters.choosing) that exercise 3 and the chapter's table rest on."""
+"""Chapter 5's checkers: untouched answers say "Not attempted yet", wrong ones fail with a hint, right ones
+pass. Also the coverage-weighted speedup (chapters.choosing) that exercise 3 and the chapter's table rest
+on."""
 import pytest
 import torch
 
@@ -49,7 +50,7 @@ def test_check_drafter_rejects_a_drafter_that_misreports_its_probabilities():
         ch5.check_drafter(lambda v: LyingDrafter(v, max_ngram=1), n=1500)
 
 
-# --- exercise 3: predict prompt lookup's speedup with its coverage, then measure -------------------------------
+# --- exercise 3: predict prompt lookup's speedup with its coverage, then measure -------------------------
 
 def test_coverage_speedup_is_the_textbook_formula_at_full_coverage_and_a_slowdown_at_none():
     from specdec_ref.chapters.choosing import coverage_speedup

@@ -1,4 +1,5 @@
-"""Chapter 6's exercise checkers: they pass right answers, reject wrong ones, and wait politely for untouched ones."""
+"""Chapter 6's exercise checkers: they pass right answers, reject wrong ones, and wait politely for untouched
+ones."""
 import pytest
 import torch
 
@@ -28,7 +29,8 @@ def test_breakeven_checker_accepts_64_and_rejects_its_neighbours():
 
 
 def test_tree_checker_accepts_the_greedy_walk_and_rejects_the_chain_answer():
-    ch6.check_tree_by_hand([5, 1, 6])  # root -> node 2 (token 5) -> node 4 (token 1) -> target's 6 at the leaf
+    # root -> node 2 (token 5) -> node 4 (token 1) -> target's 6 at the leaf
+    ch6.check_tree_by_hand([5, 1, 6])
     with pytest.raises(AssertionError, match="Hint"):
         ch6.check_tree_by_hand([5])  # what a chain through the first candidate would emit
     with pytest.raises(AssertionError):
@@ -82,10 +84,12 @@ def test_hf_settings_checker_rejects_wrong_settings_with_a_hint_not_the_answer(w
 
 
 def test_paper_model_prices_a_pass_like_the_timing_module():
-    model = timing.synthetic_llama(2, 128, vocab_size=256)  # untied: the input embedding is gathered, not read
+    # untied: the input embedding is gathered, not read
+    model = timing.synthetic_llama(2, 128, vocab_size=256)
     cfg = model.config
-    paper = production.PaperModel(timing.matmul_params(model), timing.weight_bytes(model) / 4, cfg.num_hidden_layers,
-                                  cfg.num_attention_heads, cfg.num_key_value_heads, cfg.hidden_size // cfg.num_attention_heads)
+    paper = production.PaperModel(timing.matmul_params(model), timing.weight_bytes(model) / 4,
+                                  cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads,
+                                  cfg.hidden_size // cfg.num_attention_heads)
     for k, ctx, B in ((1, 0, 1), (4, 16, 3)):
         assert paper.flops(k, ctx, B) == timing.forward_flops(model, k, ctx, B)
         assert paper.bytes(k, ctx, B, bytes_per_param=4) == timing.bytes_moved(model, k, ctx, B)
@@ -93,7 +97,8 @@ def test_paper_model_prices_a_pass_like_the_timing_module():
 
 def test_llama_8b_on_paper_has_about_8_billion_parameters():
     target = production.PaperModel.llama(4096, 32, 32, 8, 14336, 128256)  # Llama-3-8B's config
-    assert 7.4e9 < target.matmul_params < 7.6e9  # 8.03e9 minus the 0.53e9 input embedding, which is only gathered
+    # 8.03e9 minus the 0.53e9 input embedding, which is only gathered
+    assert 7.4e9 < target.matmul_params < 7.6e9
 
 
 def test_interpolated_costs_hit_the_grid_and_lie_between_points():
@@ -118,7 +123,8 @@ def point_mass_verify(target_probs, candidates, generator):  # [V], [k] -> int: 
     return x if x is not None else int(torch.multinomial(rest, 1, generator=generator))
 
 
-def verify_without_renormalising(target_probs, candidates, generator):  # wrong: later candidates judged on raw mass
+# wrong: later candidates judged on raw mass
+def verify_without_renormalising(target_probs, candidates, generator):
     p = target_probs.clone()
     for x in candidates:
         if torch.rand((), generator=generator, dtype=p.dtype) < p[x]:
@@ -127,7 +133,8 @@ def verify_without_renormalising(target_probs, candidates, generator):  # wrong:
     return int(torch.multinomial(p / p.sum(), 1, generator=generator))
 
 
-def verify_final_sample_from_full_target(target_probs, candidates, generator):  # wrong: rejected tokens come back
+# wrong: rejected tokens come back
+def verify_final_sample_from_full_target(target_probs, candidates, generator):
     x, _ = _try_candidates(target_probs, candidates, generator)
     return x if x is not None else int(torch.multinomial(target_probs, 1, generator=generator))
 
@@ -140,7 +147,8 @@ def test_point_mass_checker_passes_the_exact_rule_and_the_package_rule(capsys):
     def package_rule(target_probs, candidates, generator):  # one node of verify_tree, point-mass proposals
         tree = Tree(tuple([-1] + [0] * len(candidates)))
         node_tokens = torch.cat([torch.tensor([0]), candidates])  # [k+1], the root's token is never read
-        rows = torch.stack([target_probs] * (len(candidates) + 1))  # [k+1, V]: every node sees the same p_target
+        # [k+1, V]: every node sees the same p_target
+        rows = torch.stack([target_probs] * (len(candidates) + 1))
         path, next_token = verify_tree(tree, node_tokens, rows, None, generator)
         return int(node_tokens[path[0]]) if path else int(next_token)
 
@@ -194,7 +202,8 @@ def test_context_speedups_pay_at_long_context_where_short_context_breaks_even():
     draft = production.PaperModel.llama(2048, 16, 32, 8, 8192, 128256, head_dim=64)
     curves = production.context_speedups(target, draft, timing.SPEC_SHEETS["H100 SXM"], 0.75, 3,
                                          [1, 64, 768, 1024], [512, 4096, 32768])
-    assert curves[512][768] < 1.0 < curves[4096][768]  # the KV cache dominates at 4096 tokens: verify rows stay free
+    # the KV cache dominates at 4096 tokens: verify rows stay free
+    assert curves[512][768] < 1.0 < curves[4096][768]
     assert 768 not in curves[32768]  # 768 sequences of 32k tokens do not fit in eight 80 GB GPUs
 
 
@@ -203,7 +212,8 @@ def test_tree_cost_prices_multi_row_draft_passes_and_refed_rows():
     assert production.draft_rows_per_pass(tree, refed=1.5) == [2.5, 2.0]
     assert production.draft_rows_per_pass(production.Tree.chain(3), refed=0) == [1.0, 1.0, 1.0]
     rows = lambda m: m  # noqa: E731  a draft pass costs its rows, in target steps
-    assert production.tree_iteration_cost(tree, 1.0, rows, lambda k: k, refed_target=1.0) == 2.0 + 2.0 + (6 + 1 + 1)
+    assert (production.tree_iteration_cost(tree, 1.0, rows, lambda k: k, refed_target=1.0)
+            == 2.0 + 2.0 + (6 + 1 + 1))
     assert production.tree_iteration_cost(tree, 1.0, rows, lambda k: k, refed_target=0) == 2.0 + 2.0 + 7
     curve = production.cost_curve({1: 2.0, 3: 4.0}, unit=2.0)
     assert curve(1) == 1.0 and curve(2) == 1.5

@@ -46,8 +46,9 @@ def test_drafts_match_a_from_scratch_computation_at_every_iteration():
     head = toy_head(target, 1)
     steps = []
     ids = torch.tensor([[1, 2, 3, 4]])
-    out = sd.speculative_generate(target, FeatureDrafter(head), ids, 30, gamma=3, sampling=sd.SamplingConfig(1.0),
-                                  generator=torch.Generator().manual_seed(0), on_step=steps.append)
+    out = sd.speculative_generate(target, FeatureDrafter(head), ids, 30, gamma=3,
+                                  sampling=sd.SamplingConfig(1.0), generator=torch.Generator().manual_seed(0),
+                                  on_step=steps.append)
     seq = torch.cat([ids[0], out.tokens])
     hidden = target(input_ids=seq[None], output_hidden_states=True).hidden_states[-1]  # [1, T, d]
     checked = 0
@@ -67,12 +68,13 @@ def test_feature_drafter_sequences_match_exact_target_distribution():
     target = tiny_llama(3, seed=0)
     prompt, n_tokens, sampling = [1, 2, 0], 5, sd.SamplingConfig(1.0)
     exact = exact_sequence_distribution(target, prompt, n_tokens, sampling)
-    counts = speculative_sequence_counts(target, FeatureDrafter(toy_head(target)), prompt, n_tokens, 3, sampling,
-                                         2000, torch.Generator().manual_seed(0))
+    counts = speculative_sequence_counts(target, FeatureDrafter(toy_head(target)), prompt, n_tokens, 3,
+                                         sampling, 2000, torch.Generator().manual_seed(0))
     assert not chi_square_gof(counts, exact).rejects(SIGNIFICANCE)  # fixed seed, level 0.001
-    with using_verify(verify_without_residual):  # power: the same test catches a broken verify with this drafter
-        bad = speculative_sequence_counts(target, FeatureDrafter(toy_head(target)), prompt, n_tokens, 3, sampling,
-                                          2000, torch.Generator().manual_seed(0))
+    # power: the same test catches a broken verify with this drafter
+    with using_verify(verify_without_residual):
+        bad = speculative_sequence_counts(target, FeatureDrafter(toy_head(target)), prompt, n_tokens, 3,
+                                          sampling, 2000, torch.Generator().manual_seed(0))
     assert chi_square_gof(bad, exact).rejects(SIGNIFICANCE)
 
 
@@ -80,7 +82,8 @@ def test_confidence_stop_drafts_fewer_tokens_and_stays_exact_for_greedy():
     target = tiny_llama(8, seed=0, hidden=32, n_layers=2)
     ids = torch.tensor([[1, 2, 3, 4]])
     plain = sd.autoregressive_generate(target, ids, 30, sampling=GREEDY).tokens.tolist()
-    full = sd.speculative_generate(target, FeatureDrafter(toy_head(target)), ids, 30, gamma=4, sampling=GREEDY)
+    full = sd.speculative_generate(target, FeatureDrafter(toy_head(target)), ids, 30, gamma=4,
+                                   sampling=GREEDY)
     short = sd.speculative_generate(target, FeatureDrafter(toy_head(target), confidence_stop=0.99), ids, 30,
                                     gamma=4, sampling=GREEDY)
     assert short.tokens.tolist() == full.tokens.tolist() == plain

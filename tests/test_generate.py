@@ -39,10 +39,12 @@ def test_output_stops_right_after_eos_like_plain_decoding(toy_pair):
 def test_same_seed_gives_same_tokens(toy_pair):
     target, draft = toy_pair
     ids = torch.tensor([[3, 1]])
-    runs = [sd.speculative_generate(target, draft, ids, 25, gamma=3, generator=torch.Generator().manual_seed(5))
+    runs = [sd.speculative_generate(target, draft, ids, 25, gamma=3,
+                                    generator=torch.Generator().manual_seed(5))
             for _ in range(2)]
     assert runs[0].tokens.tolist() == runs[1].tokens.tolist()
-    other = sd.speculative_generate(target, draft, ids, 25, gamma=3, generator=torch.Generator().manual_seed(6))
+    other = sd.speculative_generate(target, draft, ids, 25, gamma=3,
+                                    generator=torch.Generator().manual_seed(6))
     assert other.tokens.tolist() != runs[0].tokens.tolist()
 
 
@@ -94,9 +96,12 @@ def test_generation_works_with_fp32_models_and_a_drafter_reused_across_calls():
     target, draft = tiny_pair(6, seed=1, dtype=torch.float32)
     drafter = sd.ModelDrafter(draft)
     a = sd.speculative_generate(target, drafter, torch.tensor([[1, 2]]), 10, sampling=GREEDY).tokens.tolist()
-    b = sd.speculative_generate(target, drafter, torch.tensor([[4, 4, 4]]), 10, sampling=GREEDY).tokens.tolist()
-    assert a == sd.autoregressive_generate(target, torch.tensor([[1, 2]]), 10, sampling=GREEDY).tokens.tolist()
-    assert b == sd.autoregressive_generate(target, torch.tensor([[4, 4, 4]]), 10, sampling=GREEDY).tokens.tolist()
+    b = sd.speculative_generate(target, drafter, torch.tensor([[4, 4, 4]]), 10,
+                                sampling=GREEDY).tokens.tolist()
+    assert a == sd.autoregressive_generate(target, torch.tensor([[1, 2]]), 10,
+                                           sampling=GREEDY).tokens.tolist()
+    assert b == sd.autoregressive_generate(target, torch.tensor([[4, 4, 4]]), 10,
+                                           sampling=GREEDY).tokens.tolist()
 
 
 # --- bad input: a clear ValueError that names the problem ---------------------------------------------------
@@ -165,7 +170,8 @@ def test_speculative_step_is_one_iteration_of_the_loop(toy_pair):
     steps = []
     ids = torch.tensor([[1, 2, 3]])
     sd.speculative_generate(target, draft, ids, 10, gamma=3, sampling=GREEDY, on_step=steps.append)
-    tokens, step = sd.speculative_step(sd.CachedModel(target), sd.ModelDrafter(draft), ids[0], 3, GREEDY, None)
+    tokens, step = sd.speculative_step(sd.CachedModel(target), sd.ModelDrafter(draft), ids[0], 3, GREEDY,
+                                       None)
     assert tokens.tolist()[:3] == [1, 2, 3] and tokens.shape[0] == 3 + step.n_accepted + 1
     assert (step.draft_tokens.tolist(), step.n_accepted, step.next_token) == \
         (steps[0].draft_tokens.tolist(), steps[0].n_accepted, steps[0].next_token)

@@ -1,5 +1,5 @@
-"""Prepacked CPU linears: the same model (same logits, same greedy text, tied weights stay tied), an opt-out, and
-every drafter works on top of them. How much faster they are is measured by `lab.timing`, not here."""
+"""Prepacked CPU linears: the same model (same logits, same greedy text, tied weights stay tied), an opt-out,
+and every drafter works on top of them. How much faster they are is measured by `lab.timing`, not here."""
 import copy
 
 import pytest
@@ -7,7 +7,8 @@ import torch
 from torch import nn
 
 import specdec_ref as sd
-from specdec_ref.models.kernels import PrepackedLinear, kernel_path, prepack_available, prepack_for_cpu, unpack
+from specdec_ref.models.kernels import (PrepackedLinear, kernel_path, prepack_available, prepack_for_cpu,
+                                        unpack)
 from specdec_ref.models.toy import tiny_llama
 
 pytestmark = pytest.mark.skipif(not prepack_available("cpu"), reason="this torch has no oneDNN")

@@ -1,6 +1,6 @@
-"""The house rules that keep the package readable, checked so that they stay true: import layers without cycles
-or upward imports (import-linter, configured in pyproject.toml), at most 10 top-level modules, none over 500
-lines, and an opening docstring on every module."""
+"""The house rules that keep the package readable, checked so that they stay true: import layers without
+cycles or upward imports (import-linter, configured in pyproject.toml), at most 10 top-level modules, none
+over 500 lines, and an opening docstring on every module."""
 import ast
 import shutil
 import subprocess
@@ -16,13 +16,15 @@ PACKAGE = ROOT / "specdec_ref"
 
 def layer_names() -> set[str]:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
-    return {name.strip() for c in config if c["type"] == "layers" for layer in c["layers"] for name in layer.split("|")}
+    return {name.strip() for c in config if c["type"] == "layers"
+            for layer in c["layers"] for name in layer.split("|")}
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
     exe = Path(sys.executable).with_name("lint-imports")
     return subprocess.run([str(exe), str(root / "pyproject.toml"), "--no-cache"], cwd=root,
-                          capture_output=True, text=True, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+                          capture_output=True, text=True,
+                          env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
 
 
 def test_every_module_and_folder_of_the_package_sits_on_a_layer():
@@ -36,12 +38,14 @@ def test_the_import_layers_hold_and_an_upward_import_breaks_them(tmp_path):
     kept = lint_imports(ROOT)
     assert kept.returncode == 0, kept.stdout + kept.stderr
     # power: the same check on a copy whose sampling module imports the lab (an upward import) must fail
-    shutil.copytree(PACKAGE, tmp_path / "specdec_ref", ignore=shutil.ignore_patterns("weights", "corpus", "__pycache__"))
+    shutil.copytree(PACKAGE, tmp_path / "specdec_ref",
+                    ignore=shutil.ignore_patterns("weights", "corpus", "__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     sampling = tmp_path / "specdec_ref" / "sampling.py"
     sampling.write_text(sampling.read_text() + "\nfrom .lab import timing  # noqa: E402, F401\n")
     broken = lint_imports(tmp_path)
-    assert broken.returncode != 0 and "specdec_ref.sampling is not allowed to import specdec_ref.lab" in broken.stdout
+    assert (broken.returncode != 0
+            and "specdec_ref.sampling is not allowed to import specdec_ref.lab" in broken.stdout)
 
 
 def test_at_most_ten_top_level_modules():

@@ -1,4 +1,5 @@
-"""The default method is chosen by predicted speedup: trees where verification is flat, chains where it is not."""
+"""The default method is chosen by predicted speedup: trees where verification is flat, chains where it is
+not."""
 import json
 
 import pytest
@@ -79,7 +80,8 @@ def test_defaults_drive_the_one_line_call_greedy_and_sampled_separately(pair):
         assert {s.tree is not None for s in steps} == {is_tree}
 
 
-def test_default_methods_reads_quality_calibrates_and_can_be_switched_off(pair, tmp_path, monkeypatch, capsys):
+def test_default_methods_reads_quality_calibrates_and_can_be_switched_off(pair, tmp_path, monkeypatch,
+                                                                           capsys):
     target, drafter = pair
 
     class Tok:
@@ -89,7 +91,8 @@ def test_default_methods_reads_quality_calibrates_and_can_be_switched_off(pair, 
             return {"input_ids": torch.tensor([[1, 2, 3, 4, 5]])}
 
     quality = tmp_path / "quality.json"
-    assert mm.default_methods(target, drafter, Tok(), quality) is None  # no quality file: keep the drafter's own
+    # no quality file: keep the drafter's own
+    assert mm.default_methods(target, drafter, Tok(), quality) is None
     quality.write_text(json.dumps({"tau": {"greedy": TAUS, "T=1": TAUS}}))
     chosen = mm.default_methods(target, drafter, Tok(), quality)
     assert set(chosen) == {"greedy", "sampled"} and "default method:" in capsys.readouterr().out

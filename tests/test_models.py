@@ -40,7 +40,8 @@ def test_hub_pair_loader_slices_padded_vocabularies_to_the_tokenizer(tmp_path):
     assert len(tokenizer) == len(WORDS)
     ids = tokenizer("the cat sat", return_tensors="pt")["input_ids"]
     assert target(ids).logits.shape[-1] == draft(ids).logits.shape[-1] == len(WORDS)
-    assert target.dtype == M.default_dtype(torch.device("cpu")) and not target.training  # the fastest the CPU has
+    # the fastest the CPU has
+    assert target.dtype == M.default_dtype(torch.device("cpu")) and not target.training
     out = sd.speculative_generate(target, draft, ids, 6, gamma=2, generator=torch.Generator().manual_seed(0))
     assert out.tokens.shape == (6,) and int(out.tokens.max()) < len(WORDS)
 
@@ -89,7 +90,8 @@ def test_offline_target_loads_from_the_wheel_without_network(offline_pair):
     assert target.config.num_hidden_layers == 30 and target.dtype == torch.float32
     assert sd.vocab_size(target) == sd.vocab_size(draft) == len(tokenizer) == 49152
     ids = chat_ids(tokenizer, "What is the capital of France?")
-    out = sd.autoregressive_generate(target, ids, 8, sampling=sd.SamplingConfig(0), eos_token_id=tokenizer.eos_token_id)
+    out = sd.autoregressive_generate(target, ids, 8, sampling=sd.SamplingConfig(0),
+                                     eos_token_id=tokenizer.eos_token_id)
     assert "Paris" in tokenizer.decode(out.tokens)  # a real pretrained model, not random weights
 
 

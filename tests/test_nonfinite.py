@@ -34,7 +34,8 @@ def overflowing(model):
 @pytest.fixture(params=["llama", "qwen2"])
 def broken_and_fine(request):
     if request.param == "llama":
-        return overflowing(tiny_llama(16, seed=0, dtype=torch.float32)), tiny_llama(16, seed=0, dtype=torch.float16)
+        return (overflowing(tiny_llama(16, seed=0, dtype=torch.float32)),
+                tiny_llama(16, seed=0, dtype=torch.float16))
     return overflowing(tiny_qwen2(16)), tiny_qwen2(16).to(torch.float16)
 
 
@@ -50,25 +51,30 @@ def test_the_scaled_models_really_overflow_in_float16(broken_and_fine):
 def test_plain_decoding_refuses_non_finite_target_logits(broken_and_fine, sampling):
     broken, fine = broken_and_fine
     ids, g = torch.tensor([[1, 2, 3]]), torch.Generator().manual_seed(0)
-    with pytest.raises(ValueError, match=r"the model's logits contain NaN or inf.*float16 overflow.*bfloat16"):
+    with pytest.raises(ValueError,
+                       match=r"the model's logits contain NaN or inf.*float16 overflow.*bfloat16"):
         sd.autoregressive_generate(broken, ids, 8, sampling=sampling, generator=g)
     assert sd.autoregressive_generate(fine, ids, 8, sampling=sampling, generator=g).tokens.shape[0] == 8
 
 
-@pytest.mark.parametrize("method", [dict(gamma=3), dict(tree=(2, 2)), dict(tree=sd.TreeBudget(2, 2, 3))], ids=str)
+@pytest.mark.parametrize("method", [dict(gamma=3), dict(tree=(2, 2)), dict(tree=sd.TreeBudget(2, 2, 3))],
+                         ids=str)
 @pytest.mark.parametrize("sampling", [GREEDY, T1], ids=["greedy", "T=1"])
-def test_speculative_decoding_refuses_non_finite_logits_of_target_and_draft(broken_and_fine, method, sampling):
+def test_speculative_decoding_refuses_non_finite_logits_of_target_and_draft(broken_and_fine, method,
+                                                                             sampling):
     broken, fine = broken_and_fine
     ids, g = torch.tensor([[1, 2, 3]]), torch.Generator().manual_seed(0)
     with pytest.raises(ValueError, match="the target's logits contain NaN or inf"):
         sd.speculative_generate(broken, fine, ids, 8, sampling=sampling, generator=g, **method)
     with pytest.raises(ValueError, match="the draft's logits contain NaN or inf"):
         sd.speculative_generate(fine, broken, ids, 8, sampling=sampling, generator=g, **method)
-    assert sd.speculative_generate(fine, fine, ids, 8, sampling=sampling, generator=g, **method).tokens.shape[0] == 8
+    assert sd.speculative_generate(fine, fine, ids, 8, sampling=sampling, generator=g,
+                                   **method).tokens.shape[0] == 8
 
 
 def test_without_the_check_greedy_would_emit_garbage_silently(broken_and_fine, monkeypatch):
-    """Power: with the check switched off, greedy decoding on NaN logits returns a token sequence, no error."""
+    """Power: with the check switched off, greedy decoding on NaN logits returns a token sequence, no
+    error."""
     broken, _ = broken_and_fine
     monkeypatch.setattr(cache_mod.CachedModel, "check_finite", lambda self: None)
     out = sd.autoregressive_generate(broken, torch.tensor([[1, 2, 3]]), 8, sampling=GREEDY)

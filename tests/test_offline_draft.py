@@ -41,7 +41,8 @@ def test_shipped_draft_loads_offline_with_the_targets_vocabulary(offline_pair, n
     kept = torch.zeros(len(tok), dtype=torch.bool)
     kept[draft.lm_head.keep_ids] = True
     assert torch.isfinite(logits[..., kept]).all() and torch.isneginf(logits[..., ~kept]).all()
-    assert tok.eos_token == "<|im_end|>", "a chat turn ends with <|im_end|> (whatever the GGUF converter said)"
+    assert tok.eos_token == "<|im_end|>", \
+        "a chat turn ends with <|im_end|> (whatever the GGUF converter said)"
     assert kept[tok.eos_token_id], "the draft must be able to propose EOS"
 
 
@@ -71,19 +72,24 @@ def test_quick_training_run_lowers_the_loss_and_resumes(offline_pair, tmp_path):
 
 
 def _hard_prefix(target, draft, tok):
-    """A real chat prefix (prompt + part of the target's answer) where the draft disagrees most with the target."""
+    """A real chat prefix (prompt + part of the target's answer) where the draft disagrees most with the
+    target."""
     ids = sd.encode_chat(tok, HELD_OUT[1])
-    answer = sd.autoregressive_generate(target, ids, 24, sampling=sd.SamplingConfig(0), eos_token_id=tok.eos_token_id).tokens
+    answer = sd.autoregressive_generate(target, ids, 24, sampling=sd.SamplingConfig(0),
+                                        eos_token_id=tok.eos_token_id).tokens
     seq = torch.cat([ids[0], answer])
     with torch.inference_mode():
-        t = sd.logits_to_probs(target(input_ids=seq[None]).logits[0, ids.shape[1] - 1:-1], sd.SamplingConfig(1.0))
-        d = sd.logits_to_probs(draft(input_ids=seq[None]).logits[0, ids.shape[1] - 1:-1], sd.SamplingConfig(1.0))
+        t = sd.logits_to_probs(target(input_ids=seq[None]).logits[0, ids.shape[1] - 1:-1],
+                               sd.SamplingConfig(1.0))
+        d = sd.logits_to_probs(draft(input_ids=seq[None]).logits[0, ids.shape[1] - 1:-1],
+                               sd.SamplingConfig(1.0))
     overlap = torch.minimum(t, d).sum(-1)  # [n] acceptance probability at each position
     i = int(overlap.argmin())
     return _coarsen(t[i]), _coarsen(d[i], t[i]), float(overlap[i])
 
 
-def _coarsen(row: torch.Tensor, ref: torch.Tensor | None = None, m: int = 256) -> torch.Tensor:  # [V] -> [m+1]
+# [V] -> [m+1]
+def _coarsen(row: torch.Tensor, ref: torch.Tensor | None = None, m: int = 256) -> torch.Tensor:
     """Keep the m tokens the target ranks highest and pool the rest of the vocabulary into one last bin.
 
     The pooled rows are still the real model's distributions, only on a coarser alphabet, and each

@@ -24,8 +24,8 @@ def test_predicted_speedup_formula():
     assert predicted_speedup(0.8, 4, 0.05) == pytest.approx((1 - 0.8 ** 5) / 0.2 / 1.2)
 
 
-@pytest.mark.parametrize("alpha, gamma, c", [(-0.1, 4, 0.1), (1.1, 4, 0.1), (math.nan, 4, 0.1), (0.5, -1, 0.1),
-                                             (0.5, 4, -0.1)])
+@pytest.mark.parametrize("alpha, gamma, c", [(-0.1, 4, 0.1), (1.1, 4, 0.1), (math.nan, 4, 0.1),
+                                             (0.5, -1, 0.1), (0.5, 4, -0.1)])
 def test_speedup_formula_refuses_impossible_inputs(alpha, gamma, c):
     with pytest.raises(ValueError):
         predicted_speedup(alpha, gamma, c)

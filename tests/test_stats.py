@@ -1,4 +1,5 @@
-"""The statistical helpers: calibrated on correct samples, powerful against wrong ones, exact where they claim to be.
+"""The statistical helpers: calibrated on correct samples, powerful against wrong ones, exact where they
+claim to be.
 
 Every random draw is seeded, so these tests cannot flake; significance level SIGNIFICANCE = 0.001 throughout.
 """
@@ -45,7 +46,8 @@ def test_chi_square_gof_gives_p_zero_for_a_sample_outside_the_support():
 
 
 def test_two_sample_chi_square_calibrated_and_powerful():
-    same = stats.two_sample_chi_square(multinomial_counts(P, 3000, 1).elements(), multinomial_counts(P, 3000, 2).elements())
+    same = stats.two_sample_chi_square(multinomial_counts(P, 3000, 1).elements(),
+                                       multinomial_counts(P, 3000, 2).elements())
     assert not same.rejects(SIGNIFICANCE)
     other = {"a": 0.4, "b": 0.4, "c": 0.15, "d": 0.05}
     assert stats.two_sample_chi_square(multinomial_counts(P, 3000, 1).elements(),
@@ -138,9 +140,10 @@ def test_target_sequence_counts_match_exact_distribution(toy_pair):
     target, _ = toy_pair
     sampling = sd.SamplingConfig(0.8, top_k=4)
     exact = exact_sequence_distribution(target, [1, 2, 3], 3, sampling)
-    counts = stats.target_sequence_counts(target, [1, 2, 3], 3, sampling, 20_000, torch.Generator().manual_seed(0),
-                                          batch_size=7)
+    counts = stats.target_sequence_counts(target, [1, 2, 3], 3, sampling, 20_000,
+                                          torch.Generator().manual_seed(0), batch_size=7)
     assert sum(counts.values()) == 20_000
     assert not stats.chi_square_gof(counts, exact).rejects(SIGNIFICANCE)
     # power: the same samples are rejected against a different temperature's distribution
-    assert stats.chi_square_gof(counts, exact_sequence_distribution(target, [1, 2, 3], 3, sd.SamplingConfig(1.0))).rejects(SIGNIFICANCE)
+    assert stats.chi_square_gof(counts, exact_sequence_distribution(target, [1, 2, 3], 3,
+                                                                    sd.SamplingConfig(1.0))).rejects(SIGNIFICANCE)

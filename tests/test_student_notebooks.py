@@ -24,7 +24,8 @@ from IPython.core.inputtransformer2 import TransformerManager
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((ROOT / "book").glob("*.ipynb"))
-spec = importlib.util.spec_from_file_location("make_student_notebooks", ROOT / "scripts" / "make_student_notebooks.py")
+spec = importlib.util.spec_from_file_location("make_student_notebooks",
+                                              ROOT / "scripts" / "make_student_notebooks.py")
 msn = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(msn)
 
@@ -67,7 +68,8 @@ def test_student_copy_keeps_every_exercise_checker(students, chapter):
         previous = cell
     kept = [c.source for c in student.cells if msn.is_checker(c)]
     assert kept == checkers
-    solutions = sum(msn.strip_solution_blocks(c.source)[1] for c in original.cells if c.cell_type == "markdown")
+    solutions = sum(msn.strip_solution_blocks(c.source)[1] for c in original.cells
+                    if c.cell_type == "markdown")
     assert sum(c.source.count(msn.STUB_TEXT) for c in student.cells if c.cell_type == "markdown") == solutions
 
 
@@ -77,33 +79,37 @@ def test_solution_tag_and_hidden_solution_cells_are_removed():
         nbformat.v4.new_markdown_cell(":::{admonition} Solution\n:class: dropdown\n`answer = 42`\n:::"),
         nbformat.v4.new_code_cell("ch9.check_thing(42)", metadata={"tags": ["hide-cell"]}),
         nbformat.v4.new_code_cell("secret = 42", metadata={"tags": ["solution"]}),
-        nbformat.v4.new_code_cell("setup = 1", metadata={"tags": ["hide-cell"]}),  # not after a solution: kept
+        # not after a solution: kept
+        nbformat.v4.new_code_cell("setup = 1", metadata={"tags": ["hide-cell"]}),
         nbformat.v4.new_markdown_cell("**5. A question.**\n\n::::{admonition} Solution\n:class: dropdown\n"
                                       ":::{note}\ninner\n:::\nthe answer\n::::\nAfter."),
     ])
     out = msn.student_copy(nb)
-    assert [c.source for c in out.cells] == ["answer = None\nch9.check_thing(answer)", msn.STUB_TEXT, "setup = 1",
-                                             f"**5. A question.**\n\n{msn.STUB_TEXT}\nAfter."]
+    assert [c.source for c in out.cells] == ["answer = None\nch9.check_thing(answer)", msn.STUB_TEXT,
+                                             "setup = 1", f"**5. A question.**\n\n{msn.STUB_TEXT}\nAfter."]
 
 
 @pytest.mark.slow
 @pytest.mark.kernel
 def test_one_student_notebook_runs_and_its_checkers_say_not_attempted(students):
-    """Execute chapter 2's student copy (the shortest chapter with checkers) where the environment asks for full
-    mode: it runs in quick mode all the same, without an error, and its checkers, untouched, say "Not attempted yet"."""
+    """Execute chapter 2's student copy (the shortest chapter with checkers) where the environment asks for
+    full mode: it runs in quick mode all the same, without an error, and its checkers, untouched, say
+    "Not attempted yet"."""
     nbclient = pytest.importorskip("nbclient")
     path = students / "02_draft_and_verify.ipynb"
     nb = nbformat.read(path, as_version=4)
     env_before = dict(os.environ)
     os.environ.update(SPECDEC_QUICK="0", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1")
     try:
-        # 300 s: a quick-mode cell takes a minute at most, and an nbclient stall (#312) sits out the whole timeout
+        # 300 s: a quick-mode cell takes a minute at most, and an nbclient stall (#312) sits out the whole
+        # timeout
         nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
                                 resources={"metadata": {"path": str(ROOT / "book")}}).execute()
     finally:
         os.environ.clear()
         os.environ.update(env_before)
-    if os.environ.get("SPECDEC_KEEP_EXECUTED"):  # a folder: keep the executed copy (e.g. to build the book from)
+    # a folder: keep the executed copy (e.g. to build the book from)
+    if os.environ.get("SPECDEC_KEEP_EXECUTED"):
         nbformat.write(nb, Path(os.environ["SPECDEC_KEEP_EXECUTED"]) / path.name)
     text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert not [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
@@ -153,7 +159,8 @@ def _is_placeholder(stmt: ast.stmt) -> bool:
         return True
     if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
         return stmt.value.value is Ellipsis or isinstance(stmt.value.value, str)
-    return isinstance(stmt, ast.Raise) and stmt.exc is not None and _root_name(stmt.exc) == "NotImplementedError"
+    return (isinstance(stmt, ast.Raise) and stmt.exc is not None
+            and _root_name(stmt.exc) == "NotImplementedError")
 
 
 def is_stub_def(node: ast.AST) -> bool:
@@ -207,7 +214,8 @@ def solution_leaks(original, student) -> list[str]:
     def check_calls(node: ast.AST, where: str) -> None:
         for call in ast.walk(node):
             func = getattr(call, "func", None)
-            if (isinstance(call, ast.Call) and isinstance(func, ast.Attribute) and func.attr.startswith("check_")
+            if (isinstance(call, ast.Call) and isinstance(func, ast.Attribute)
+                    and func.attr.startswith("check_")
                     and isinstance(func.value, ast.Name) and _CHECKER_MODULE.match(func.value.id)):
                 args = list(call.args) + [k.value for k in call.keywords]
                 if not any(unanswered(a) for a in args):
@@ -231,14 +239,16 @@ def solution_leaks(original, student) -> list[str]:
             elif isinstance(stmt, ast.For):
                 check_calls(stmt.iter, where)
                 items = stmt.iter.elts if isinstance(stmt.iter, (ast.List, ast.Tuple)) else [stmt.iter]
-                bind(stmt.target, "broken" if all(kind.get(_root_name(e)) == "broken" for e in items) else "value")
+                bind(stmt.target,
+                     "broken" if all(kind.get(_root_name(e)) == "broken" for e in items) else "value")
                 visit(stmt.body + stmt.orelse, where)
             elif isinstance(stmt, (ast.With, ast.If, ast.While, ast.Try)):
                 for header in getattr(stmt, "items", []) + [getattr(stmt, "test", None)]:
                     if header is not None:
                         check_calls(header, where)
                 handlers = [s for h in getattr(stmt, "handlers", []) for s in h.body]
-                visit(stmt.body + getattr(stmt, "orelse", []) + handlers + getattr(stmt, "finalbody", []), where)
+                visit(stmt.body + getattr(stmt, "orelse", []) + handlers + getattr(stmt, "finalbody", []),
+                      where)
             elif isinstance(stmt, ast.ImportFrom):
                 for alias in stmt.names:  # the deliberately broken samplers are no one's answer
                     broken = stmt.module == "specdec_ref.lab" and alias.name == "broken" or \
@@ -281,8 +291,10 @@ def _chapter_with_exercises(*, tag_solution_cells: bool) -> nbformat.NotebookNod
         nbformat.v4.new_markdown_cell("**2. Write a drafter.**"),
         nbformat.v4.new_code_cell("def make_drafter(vocab_size):\n    raise NotImplementedError\n\n\n"
                                   "ch5.check_drafter(make_drafter)"),
-        nbformat.v4.new_markdown_cell(f":::{{admonition}} Solution\n:class: dropdown\n```python\n{drafter}```\n:::"),
-        nbformat.v4.new_code_cell(drafter + "\n\nch5.check_drafter(make_drafter, n=1000)", metadata=dict(hidden)),
+        nbformat.v4.new_markdown_cell(":::{admonition} Solution\n:class: dropdown\n"
+                                      f"```python\n{drafter}```\n:::"),
+        nbformat.v4.new_code_cell(drafter + "\n\nch5.check_drafter(make_drafter, n=1000)",
+                                  metadata=dict(hidden)),
     ])
 
 
@@ -290,7 +302,8 @@ def test_the_independent_rule_finds_chapter_5s_untagged_solution_cells():
     leaked = msn.student_copy(_chapter_with_exercises(tag_solution_cells=False))
     leaks = solution_leaks(_chapter_with_exercises(tag_solution_cells=False), leaked)
     assert any("ch5.check_winner(('feature head', 5))" in x for x in leaks), leaks
-    assert any("defines BigramDrafter" in x for x in leaks) and any("defines make_drafter" in x for x in leaks)
+    assert (any("defines BigramDrafter" in x for x in leaks)
+            and any("defines make_drafter" in x for x in leaks))
     assert any("ch5.check_drafter(make_drafter, n=1000)" in x for x in leaks), leaks
 
 
@@ -305,7 +318,8 @@ def test_the_independent_rule_finds_a_worked_answer_and_accepts_broken_samplers(
     copy.cells.append(nbformat.v4.new_code_cell("answer = (\"feature head\", 5)\nch5.check_winner(answer)"))
     assert len(solution_leaks(original, copy)) == 2  # the solution's assignment, and a checker fed an answer
     copy.cells[-1] = nbformat.v4.new_code_cell(
-        "from specdec_ref.lab import broken\n\nfor step in [broken.step_with_verify(broken.verify_late), broken.step]:\n"
+        "from specdec_ref.lab import broken\n\n"
+        "for step in [broken.step_with_verify(broken.verify_late), broken.step]:\n"
         "    with one_thread():\n        ch3.check_capstone_step(step, n_sequences=10)")
     assert solution_leaks(original, copy) == []
 
@@ -316,5 +330,6 @@ def test_student_copy_runs_in_quick_mode_whatever_the_environment(students, chap
     student = nbformat.read(students / chapter.name, as_version=4)
     values = [ast.unparse(stmt.value) for c in student.cells if c.cell_type == "code"
               for stmt in parse_cell(c.source).body
-              if isinstance(stmt, ast.Assign) and any(getattr(t, "id", None) == "QUICK" for t in stmt.targets)]
+              if isinstance(stmt, ast.Assign)
+              and any(getattr(t, "id", None) == "QUICK" for t in stmt.targets)]
     assert values == ["True"]

@@ -103,14 +103,16 @@ def test_a_head_over_part_of_the_vocabulary_counts_only_the_rows_it_multiplies()
     full = T.weight_bytes(model)
     model.lm_head = PartialHead(model.get_input_embeddings().weight, torch.arange(10))
     table = model.get_input_embeddings().weight
-    assert T.weight_bytes(model) == pytest.approx(full - 4 * table.numel() + 4 * 10 * table.shape[1], rel=1e-3)
+    assert T.weight_bytes(model) == pytest.approx(full - 4 * table.numel() + 4 * 10 * table.shape[1],
+                                                  rel=1e-3)
     assert T.matmul_params(model) == sum(m.weight.numel() for m in model.model.layers.modules()
                                          if isinstance(m, torch.nn.Linear)) + 10 * table.shape[1]
 
 
 def test_weight_bytes_halve_in_bfloat16(small_llama):
     model = T.synthetic_llama(2, 128, vocab_size=256)
-    assert T.weight_bytes(model.to(torch.bfloat16)) * 2 == T.weight_bytes(T.synthetic_llama(2, 128, vocab_size=256))
+    assert (T.weight_bytes(model.to(torch.bfloat16)) * 2
+            == T.weight_bytes(T.synthetic_llama(2, 128, vocab_size=256)))
 
 
 def test_kv_cache_bytes_match_a_real_dynamic_cache():
@@ -124,13 +126,15 @@ def test_flops_are_two_per_matmul_parameter_per_token_plus_causal_attention(smal
     layers, heads, _, head_dim = T._attention_shape(small_llama)
     matmul = 2 * T.matmul_params(small_llama)
     assert T.forward_flops(small_llama, 1, context_len=0) == matmul + 4 * layers * heads * head_dim * 1
-    assert T.forward_flops(small_llama, 3, context_len=5) == 3 * matmul + 4 * layers * heads * head_dim * (15 + 6)
+    assert (T.forward_flops(small_llama, 3, context_len=5)
+            == 3 * matmul + 4 * layers * heads * head_dim * (15 + 6))
     assert T.forward_flops(small_llama, 3, 5, batch_size=4) == 4 * T.forward_flops(small_llama, 3, 5)
 
 
 def test_arithmetic_intensity_grows_about_linearly_with_k_while_weights_dominate():
     model = T.synthetic_llama(2, 256)
-    ratio = T.arithmetic_intensity(model, 8, context_len=16) / T.arithmetic_intensity(model, 1, context_len=16)
+    ratio = (T.arithmetic_intensity(model, 8, context_len=16)
+             / T.arithmetic_intensity(model, 1, context_len=16))
     assert 7 < ratio < 8.1
     assert T.arithmetic_intensity(model, 1) == pytest.approx(0.5, rel=0.05)  # fp32: 2 FLOPs per 4 bytes
 
@@ -157,9 +161,11 @@ def test_spec_sheets_put_the_gpu_ridge_between_100_and_450_flop_per_byte():
 def test_one_k_token_pass_scores_exactly_like_k_one_token_passes(small_llama):
     cache = T.prefilled_cache(small_llama, 7)
     new = torch.tensor([[5, 17, 42, 3]])
-    together = small_llama(input_ids=new, **cache_kwargs(small_llama, cache), use_cache=True).logits[0]  # [4, V]
+    together = small_llama(input_ids=new, **cache_kwargs(small_llama, cache),
+                           use_cache=True).logits[0]  # [4, V]
     cache.crop(-4)
-    apart = torch.cat([small_llama(input_ids=new[:, i:i + 1], **cache_kwargs(small_llama, cache), use_cache=True).logits[0]
+    apart = torch.cat([small_llama(input_ids=new[:, i:i + 1], **cache_kwargs(small_llama, cache),
+                                   use_cache=True).logits[0]
                        for i in range(4)])  # 4 x [1, V] -> [4, V]
     torch.testing.assert_close(together, apart)
 
@@ -168,7 +174,8 @@ def test_one_k_token_pass_scores_exactly_like_k_one_token_passes(small_llama):
 @pytest.mark.parametrize("sequential", [False, True])
 def test_each_timed_call_leaves_the_cache_as_it_found_it(small_llama, sequential):
     cache = T.prefilled_cache(small_llama, 9, batch_size=2)
-    step = (T._sequential if sequential else T._one_pass)(small_llama, cache, torch.ones(2, 5, dtype=torch.long))
+    step = (T._sequential if sequential else T._one_pass)(small_llama, cache,
+                                                          torch.ones(2, 5, dtype=torch.long))
     for _ in range(3):
         step()
         assert cache.get_seq_length() == 9

@@ -39,7 +39,8 @@ def tree_pass(lm, context, tree, node_tokens):  # [T], [N+1] -> [N+1, V]: the ta
                      attention_mask=mask)
 
 
-def verify_tree_siblings_against_original_target(tree, node_tokens, target_probs, draft_probs, generator=None):
+def verify_tree_siblings_against_original_target(tree, node_tokens, target_probs, draft_probs,
+                                                  generator=None):
     """Bug: every sibling is judged against the original target_probs, never against the residual."""
     path, node = [], 0
     while True:
@@ -54,7 +55,7 @@ def verify_tree_siblings_against_original_target(tree, node_tokens, target_probs
         path.append(node)
 
 
-# --- the tree pass: one forward, the same logits as each path run as a plain sequence ------------------------
+# --- the tree pass: one forward, the same logits as each path run as a plain sequence -------------------
 
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
 @pytest.mark.parametrize("branching", [(2, 2), (3, 1, 2), (1, 1, 1)])
@@ -65,7 +66,8 @@ def test_tree_logits_equal_each_path_run_as_a_sequence(attn, branching):
     context = torch.tensor([1, 2, 3, 4, 5, 6])
     node_tokens = torch.randint(0, 8, (tree.size + 1,), generator=torch.Generator().manual_seed(0))  # [N+1]
     node_tokens[0] = context[-1]
-    # sdpa keeps float64 throughout; eager's softmax runs in float32 (transformers' Llama), so allow its rounding
+    # sdpa keeps float64 throughout; eager's softmax runs in float32 (transformers' Llama), so allow its
+    # rounding
     tol = 1e-10 if attn == "sdpa" else 1e-5
     lm = CachedModel(model)
     with torch.inference_mode():
@@ -79,14 +81,15 @@ def test_tree_logits_equal_each_path_run_as_a_sequence(attn, branching):
         # after rolling back, the cache is the plain context's: the next tokens continue it correctly
         lm.rollback(context.shape[0])
         longer = torch.cat([context, torch.tensor([7, 0])])
-        torch.testing.assert_close(lm.logits(longer), model(input_ids=longer[None]).logits[0, -2:], rtol=0, atol=tol)
+        torch.testing.assert_close(lm.logits(longer), model(input_ids=longer[None]).logits[0, -2:],
+                                   rtol=0, atol=tol)
 
 
 @pytest.mark.parametrize("cache", ["dynamic", "static"])
 @pytest.mark.parametrize("shape", [Tree.from_branching((2, 2)), sd.TreeBudget(depth=3, topk=2, n_nodes=5)])
 def test_tree_step_keeps_the_accepted_path_and_nothing_else_in_the_target_cache(cache, shape):
-    """After a step the target's cache holds the context plus the accepted path (kept rows, not re-fed): its next
-    logits equal a plain model's on the same tokens; the draft's cache holds the context only."""
+    """After a step the target's cache holds the context plus the accepted path (kept rows, not re-fed): its
+    next logits equal a plain model's on the same tokens; the draft's cache holds the context only."""
     target, draft = tiny_pair(8, seed=0, noise=0.3)
     target_lm, drafter = cached_model(target, cache=cache, max_len=64), ModelDrafter(draft)
     tokens, g, paths = torch.tensor([1, 2, 3]), torch.Generator().manual_seed(0), []
@@ -118,13 +121,15 @@ def test_greedy_tree_equals_greedy_target(branching):
     assert 0 < sum(accepted) and min(accepted) < len(branching)  # accepting and rejecting were both exercised
 
 
-METHODS = [dict(gamma=3), dict(tree=(2, 2)), dict(tree=(3, 1)), dict(tree=sd.TreeBudget(depth=3, topk=2, n_nodes=5))]
+METHODS = [dict(gamma=3), dict(tree=(2, 2)), dict(tree=(3, 1)),
+           dict(tree=sd.TreeBudget(depth=3, topk=2, n_nodes=5))]
 
 
 @pytest.mark.parametrize("cache", ["dynamic", "static"])
 @pytest.mark.parametrize("method", METHODS, ids=str)
 def test_every_method_in_every_cache_mode_equals_greedy_target(cache, method):
-    """One loop: chain, static tree and dynamic tree, with either CPU cache (compiled needs CUDA: test_static_cache)."""
+    """One loop: chain, static tree and dynamic tree, with either CPU cache (compiled needs CUDA:
+    test_static_cache)."""
     target, draft = tiny_pair(vocab_size=8, seed=2, noise=0.3, hidden=32, n_layers=2)
     ids = torch.tensor([[1, 2, 3, 4]])
     plain = sd.autoregressive_generate(target, ids, 30, sampling=GREEDY).tokens.tolist()
@@ -156,7 +161,8 @@ def test_greedy_tree_with_eos_stops_like_greedy_target():
 # --- one node: k i.i.d. siblings, judged by SpecInfer's rule -----------------------------------------------
 
 def _one_node_counts(verify_fn, k: int, n: int = 5000, seed: int = 0, replacement: bool = True):
-    """Emitted first tokens of a depth-1 tree with k children, for a target and draft row that disagree a lot."""
+    """Emitted first tokens of a depth-1 tree with k children, for a target and draft row that disagree a
+    lot."""
     g = torch.Generator().manual_seed(seed)
     target_row = torch.tensor([0.05, 0.40, 0.30, 0.15, 0.10], dtype=torch.float64)
     draft_row = torch.tensor([0.50, 0.10, 0.05, 0.05, 0.30], dtype=torch.float64)
@@ -223,7 +229,8 @@ def test_tree_sequences_match_exact_target_distribution(pair3, branching, sampli
 def test_chi_square_rejects_tree_with_siblings_judged_against_original_target(pair3, monkeypatch):
     target, draft = pair3
     monkeypatch.setattr(generate_mod, "verify_tree", verify_tree_siblings_against_original_target)
-    result = chi_square_gof(tree_counts(target, draft, (3,), T1), exact_sequence_distribution(target, PROMPT, N_TOKENS))
+    result = chi_square_gof(tree_counts(target, draft, (3,), T1),
+                            exact_sequence_distribution(target, PROMPT, N_TOKENS))
     assert result.rejects(SIGNIFICANCE), str(result)
 
 
@@ -231,13 +238,14 @@ def test_chi_square_rejects_tree_with_siblings_judged_against_original_target(pa
 
 def test_accepted_length_vs_chain_reports_both_shapes():
     target, draft = tiny_pair(vocab_size=8, seed=0, noise=0.3, hidden=32, n_layers=2)
-    r = accepted_length_vs_chain(target, draft, torch.tensor([[1, 2, 3, 4]]), tree=(2, 2), max_new_tokens=12, runs=3)
+    r = accepted_length_vs_chain(target, draft, torch.tensor([[1, 2, 3, 4]]), tree=(2, 2), max_new_tokens=12,
+                                 runs=3)
     assert r.nodes == 6 and r.tree_iterations > 0 and r.chain_iterations > 0
     assert 0 <= r.tree_accepted <= 2 and 0 <= r.chain_accepted <= 6
     assert r.tree_draft_passes <= 2 < r.chain_draft_passes  # one draft pass per depth
 
 
-# --- refusals ------------------------------------------------------------------------------------------------
+# --- refusals -------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("parents", [(), (0,), (-1, 1), (-1, 0, -1), (-1, 0, 1, 0), (-1, 0.0)])
 def test_bad_parent_lists_are_refused(parents):
@@ -275,7 +283,7 @@ def test_tree_helpers_describe_the_tree():
     assert tree.ancestry()[5].tolist() == [True, False, True, False, False, True, False]
 
 
-# --- dynamic trees (EAGLE-2): deterministic top-k children, recursive rejection with point-mass proposals ------
+# --- dynamic trees (EAGLE-2): deterministic top-k children, recursive rejection with point-mass proposals
 
 def verify_deterministic_without_removal(tree, node_tokens, target_probs, draft_probs=None, generator=None):
     """Bug: a rejected candidate keeps its mass, so the fallback sample can emit it again (too often)."""
@@ -342,10 +350,10 @@ def dynamic_counts(target, draft, budget, sampling, seed=0) -> Counter:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("budget,sampling", [(sd.TreeBudget(depth=3, topk=2, n_nodes=5), T1),
-                                            (sd.TreeBudget(depth=4, topk=2, n_nodes=6), sd.SamplingConfig(0.7)),
-                                            (sd.TreeBudget(depth=2, topk=3, n_nodes=4),
-                                             sd.SamplingConfig(1.2, top_k=2, top_p=0.9))])
+@pytest.mark.parametrize("budget,sampling", [
+    (sd.TreeBudget(depth=3, topk=2, n_nodes=5), T1),
+    (sd.TreeBudget(depth=4, topk=2, n_nodes=6), sd.SamplingConfig(0.7)),
+    (sd.TreeBudget(depth=2, topk=3, n_nodes=4), sd.SamplingConfig(1.2, top_k=2, top_p=0.9))])
 def test_dynamic_tree_sequences_match_exact_target_distribution(pair3, budget, sampling):
     """Depth >= 2, so whole accepted paths (and the rejection at depth 2) are exercised."""
     target, draft = pair3
@@ -361,12 +369,14 @@ def test_chi_square_rejects_dynamic_tree_with_a_broken_rule(pair3, monkeypatch, 
     if broken == "keeps rejected candidates":
         fn = verify_deterministic_without_removal
     else:
-        def fn(tree, node_tokens, target_probs, draft_probs=None, generator=None):  # q: uniform, as if sampled
+        # q: uniform, as if sampled
+        def fn(tree, node_tokens, target_probs, draft_probs=None, generator=None):
             uniform = torch.full_like(target_probs, 1 / target_probs.shape[-1])
             return verify_tree(tree, node_tokens, target_probs, uniform, generator)
     monkeypatch.setattr(generate_mod, "verify_tree", fn)
     budget = sd.TreeBudget(depth=3, topk=2, n_nodes=5)
-    result = chi_square_gof(dynamic_counts(target, draft, budget, T1), exact_sequence_distribution(target, PROMPT, N_TOKENS))
+    result = chi_square_gof(dynamic_counts(target, draft, budget, T1),
+                            exact_sequence_distribution(target, PROMPT, N_TOKENS))
     assert result.rejects(SIGNIFICANCE), f"{broken}: {result}"
 
 

@@ -18,7 +18,8 @@ def test_kernel_verdict_says_when_prepacking_did_not_help():
 
 def test_one_pass_verdict_says_cheaper_and_free_only_when_measured():
     from specdec_ref.chapters.verdicts.ch1 import one_pass_verdict
-    assert one_pass_verdict(1.1, 8.0).startswith("Far cheaper") and "nearly free" in one_pass_verdict(1.1, 8.0)
+    assert (one_pass_verdict(1.1, 8.0).startswith("Far cheaper")
+            and "nearly free" in one_pass_verdict(1.1, 8.0))
     assert "but not free" in one_pass_verdict(1.8, 8.0)
     assert one_pass_verdict(5.0, 8.0).startswith("Cheaper than")
     assert "gains nothing" in one_pass_verdict(8.5, 8.0)

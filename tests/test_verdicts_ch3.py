@@ -8,7 +8,8 @@ def test_chapter3_test_verdicts_flip_at_the_significance_level():
     assert "fit the target's distribution" in fit_verdict(0.4, 4000, 0.001)
     assert "The test rejects" in fit_verdict(0.0001, 4000, 0.001)
     assert configs_verdict({"a": 0.3, "b": 0.05}, 1000, 0.001).startswith("None of the 2")
-    assert configs_verdict({"a": 0.3, "b": 0.0001}, 1000, 0.001).startswith("1 of the 2 configurations are rejected (b")
+    assert configs_verdict({"a": 0.3, "b": 0.0001}, 1000, 0.001).startswith(
+        "1 of the 2 configurations are rejected (b")
     assert "finds no difference" in two_sample_verdict(0.2, 50, 0.001)
     assert "finds a difference" in two_sample_verdict(1e-5, 50, 0.001)
     assert "rejects it" in shift_verdict(1e-6, 4000, 0.001)
@@ -27,7 +28,8 @@ def test_sampler_summaries_count_passes_and_rejections():
     all_pass = "all 2 tests of our sampler pass at significance level 0.001"
     assert correct_sampler_summary({"x": 0.5, "y": 0.2}, 0.001) == all_pass
     assert "1 of 2 tests" in correct_sampler_summary({"x": 0.5, "y": 1e-5}, 0.001)
-    assert broken_sampler_summary({"a": 1e-9, "b": 1e-7}, 0.001) == "the same tests reject all 2 broken samplers"
+    assert (broken_sampler_summary({"a": 1e-9, "b": 1e-7}, 0.001)
+            == "the same tests reject all 2 broken samplers")
     assert "not rejected at this sample size: b" in broken_sampler_summary({"a": 1e-9, "b": 0.3}, 0.001)
 
 
@@ -38,4 +40,5 @@ def test_floating_point_verdicts_follow_the_measurements():
     assert "identical" in greedy_divergence_verdict("bfloat16", 32, None)
     tie = greedy_divergence_verdict("bfloat16", 32, 5, " a", " the", gap=0.01, rounding=0.05)
     assert "a near-tie" in tie and "agree on 5" in tie
-    assert "rounds differently" in greedy_divergence_verdict("bfloat16", 32, 5, " a", " the", gap=0.2, rounding=0.05)
+    assert "rounds differently" in greedy_divergence_verdict("bfloat16", 32, 5, " a", " the", gap=0.2,
+                                                             rounding=0.05)

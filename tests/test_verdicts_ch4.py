@@ -25,7 +25,8 @@ def test_verify_cost_verdict_credits_the_kernel_only_when_f_linear_costs_more():
     worse = verify_cost_verdict({"float32, F.linear": [1.0, 1.8, 1.9], **base}, "cpu")
     level = verify_cost_verdict({"float32, F.linear": [1.0, 1.1, 1.21], **base}, "cpu")
     better = verify_cost_verdict({"float32, F.linear": [1.0, 1.0, 1.0], **base}, "cpu")
-    assert "the kernel, not the physics" in worse and "F.linear, 1.90" not in worse  # not listed as a precision
+    # not listed as a precision
+    assert "the kernel, not the physics" in worse and "F.linear, 1.90" not in worse
     assert "made no difference" in level and "did not pay" in better
 
 
@@ -41,13 +42,15 @@ def test_precision_verdict_names_the_faster_precision_for_one_token_and_for_many
     from specdec_ref.chapters.verdicts.ch4 import precision_verdict
     flat, steep = [1.0, 1.1, 1.2], [1.0, 2.0, 3.0]
     fast = precision_verdict({"float32": 20.0, "bfloat16": 12.0}, {"float32": flat, "bfloat16": flat}, True)
-    split = precision_verdict({"float32": 20.0, "bfloat16": 12.0}, {"float32": flat, "bfloat16": steep}, False)
+    split = precision_verdict({"float32": 20.0, "bfloat16": 12.0}, {"float32": flat, "bfloat16": steep},
+                              False)
     slow = precision_verdict({"float32": 20.0, "bfloat16": 30.0}, {"float32": flat, "bfloat16": flat}, None)
     assert "bfloat16 is the faster precision on this machine, for one token and for 3" in fast
-    assert "for one token bfloat16 is faster, for 3 tokens float32 is faster" in split and "no native" in split
+    assert ("for one token bfloat16 is faster, for 3 tokens float32 is faster" in split
+            and "no native" in split)
     assert "float32 is the faster precision" in slow
-    assert "level" in precision_verdict({"float32": 20.0, "bfloat16": 20.5}, {"float32": flat, "bfloat16": flat},
-                                        None)
+    assert "level" in precision_verdict({"float32": 20.0, "bfloat16": 20.5},
+                                        {"float32": flat, "bfloat16": flat}, None)
     assert precision_verdict({"float16 (as loaded)": 7.0}, {"float16 (as loaded)": flat},
                              None) == "One step in float16 (as loaded) took 7.0 ms."
 

@@ -23,10 +23,12 @@ def test_self_draft_verdict_says_no_gain_only_at_or_below_one():
 
 def test_measured_vs_predicted_verdict_follows_each_draft():
     from specdec_ref.chapters.verdicts.ch5 import measured_vs_predicted_verdict as v
-    assert v({"a": (2.0, 1.5), "b": (1.2, 0.9)}) == "The measured speedup sits below the predicted one for every draft."
+    assert v({"a": (2.0, 1.5), "b": (1.2, 0.9)}) == ("The measured speedup sits below the predicted one "
+                                                     "for every draft.")
     assert "above the predicted one for every draft" in v({"a": (1.0, 1.5), "b": (1.2, 1.4)})
     mixed = v({"a": (2.0, 1.5), "b": (1.2, 1.21), "c": (1.0, 1.3)})
-    assert mixed == "The measured speedup sits below the prediction for a; within 3% of it for b; above it for c."
+    assert mixed == ("The measured speedup sits below the prediction for a; within 3% of it for b; "
+                     "above it for c.")
 
 
 def test_loop_alpha_verdict_compares_in_loop_with_teacher_forced():
@@ -53,19 +55,23 @@ def test_lookup_task_verdict_follows_each_task():
     mixed = v({"open question": 0.95, "rewrite": 1.8, "extract fields": 1.3})
     assert mixed == ("prompt lookup sped decoding up on rewrite (1.80×) and extract fields (1.30×), "
                      "but not on open question (0.95×)")
-    assert v({"open question": 1.2, "rewrite": 1.8}).startswith("prompt lookup sped decoding up on every task")
-    assert v({"open question": 0.9, "rewrite": 1.01}).startswith("prompt lookup sped decoding up on no task here")
+    assert v({"open question": 1.2, "rewrite": 1.8}).startswith(
+        "prompt lookup sped decoding up on every task")
+    assert v({"open question": 0.9, "rewrite": 1.01}).startswith(
+        "prompt lookup sped decoding up on no task here")
 
 
 def test_lm_copy_verdict_blames_the_training_answers_only_when_copying_did_not_help():
     from specdec_ref.chapters.verdicts.ch5 import lm_copy_verdict as v
     less = v(0.82, 0.10, 0.30)
     assert less.startswith("The distilled LM gave 0.82× on the rewrite")
-    assert "less often there than on open questions (α₁ 0.10 against 0.30)" in less and "did not learn to copy" in less
+    assert ("less often there than on open questions (α₁ 0.10 against 0.30)" in less
+            and "did not learn to copy" in less)
     level = v(0.95, 0.31, 0.30)
     assert "about as often" in level and "gained it nothing" in level
     more = v(1.20, 0.55, 0.30)
-    assert "more often there" in more and "did not keep it from agreeing" in more and "did not learn" not in more
+    assert ("more often there" in more and "did not keep it from agreeing" in more
+            and "did not learn" not in more)
 
 
 def test_depth_vs_width_verdict_follows_both_ratios():

@@ -18,7 +18,8 @@ def test_confidence_stop_verdict_says_most_drafts_are_short_only_when_they_are()
     from specdec_ref.chapters.verdicts.ch6 import confidence_stop_verdict
     short = confidence_stop_verdict([1, 2, 1, 20, 2], [20] * 5, hf_passes=3.1)
     long = confidence_stop_verdict([1, 12, 20, 20, 9], [20] * 5)
-    assert "ends most drafts after 2 tokens or fewer" in short and "4 of 5 (80%)" in short and "3.1 draft passes" in short
+    assert ("ends most drafts after 2 tokens or fewer" in short and "4 of 5 (80%)" in short
+            and "3.1 draft passes" in short)
     assert "most drafts ran longer" in long and "1 of 5 (20%)" in long
     assert "not measured" in confidence_stop_verdict([], [])
 
@@ -40,7 +41,8 @@ def test_distribution_verdict_flips_at_the_level():
 
 def test_lookup_verdict_says_free_only_within_the_margin():
     from specdec_ref.chapters.verdicts.ch6 import lookup_verdict
-    assert "costs almost nothing extra" in lookup_verdict(2.0, 0.98) and "it paid" in lookup_verdict(2.0, 0.98)
+    assert ("costs almost nothing extra" in lookup_verdict(2.0, 0.98)
+            and "it paid" in lookup_verdict(2.0, 0.98))
     slow = lookup_verdict(0.9, 0.8)
     assert "a cost of 20%" in slow and "not free" in slow and "did not pay" in slow
     assert "found stretches to copy" in lookup_verdict(1.5, 1.3)

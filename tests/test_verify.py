@@ -1,4 +1,5 @@
-"""One step of verify emits a token distributed exactly as target_probs[0]: by computation and by Monte Carlo."""
+"""One step of verify emits a token distributed exactly as target_probs[0]: by computation and by Monte
+Carlo."""
 from collections import Counter
 
 import pytest
@@ -26,9 +27,11 @@ def _rows(name: str):
         return t / t.sum(), d
     if name == "top_k_truncated":
         logits_t, logits_d = t.log(), d.log()
-        return logits_to_probs(logits_t, SamplingConfig(top_k=3)), logits_to_probs(logits_d, SamplingConfig(top_k=3))
+        return (logits_to_probs(logits_t, SamplingConfig(top_k=3)),
+                logits_to_probs(logits_d, SamplingConfig(top_k=3)))
     if name == "top_p_truncated":
-        return logits_to_probs(t.log(), SamplingConfig(top_p=0.6)), logits_to_probs(d.log(), SamplingConfig(top_p=0.6))
+        return (logits_to_probs(t.log(), SamplingConfig(top_p=0.6)),
+                logits_to_probs(d.log(), SamplingConfig(top_p=0.6)))
     if name == "identical":
         return t, t.clone()
     if name == "disjoint":  # no overlap at all: every draft token is rejected
@@ -38,12 +41,14 @@ def _rows(name: str):
     raise KeyError(name)
 
 
-CASES = ["random", "zeros_in_draft", "zeros_in_target", "top_k_truncated", "top_p_truncated", "identical", "disjoint"]
+CASES = ["random", "zeros_in_draft", "zeros_in_target", "top_k_truncated", "top_p_truncated", "identical",
+         "disjoint"]
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_accepted_plus_rejected_mass_equals_target_exactly(case):
-    """P(x) = min(p_target, p_draft)(x) + (1 - sum min) * residual(x) = p_target(x), with verify's own helpers."""
+    """P(x) = min(p_target, p_draft)(x) + (1 - sum min) * residual(x) = p_target(x), with verify's own
+    helpers."""
     target, draft = _rows(case)
     accepted = accepted_mass(target, draft)
     emitted = accepted + (1 - accepted.sum()) * residual(target, draft)
@@ -90,12 +95,14 @@ def test_chi_square_rejects_target_row_off_by_one():
 
 
 def test_greedy_one_hot_reduces_to_accept_while_draft_equals_target_argmax():
-    """With one-hot rows, verify accepts exactly the prefix where draft == target argmax, then emits the argmax."""
+    """With one-hot rows, verify accepts exactly the prefix where draft == target argmax, then emits the
+    argmax."""
     eye = torch.eye(V, dtype=torch.float64)
     g = torch.Generator().manual_seed(0)
     for _ in range(200):
         draft_tokens = torch.randint(0, V, (4,), generator=g)
-        target_argmax = torch.where(torch.rand(5, generator=g) < 0.6, torch.cat([draft_tokens, draft_tokens[:1]]),
+        target_argmax = torch.where(torch.rand(5, generator=g) < 0.6,
+                                    torch.cat([draft_tokens, draft_tokens[:1]]),
                                     torch.randint(0, V, (5,), generator=g))
         n, nxt = verify(draft_tokens, eye[draft_tokens], eye[target_argmax], g)
         expected_n = next((i for i in range(4) if draft_tokens[i] != target_argmax[i]), 4)
