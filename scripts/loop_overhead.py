@@ -4,9 +4,9 @@ measure it.
     PYTHONPATH=<checkout> python scripts/loop_overhead.py [--threads 1] [--tokens 64] [--prompts 4]
 
 For each method (the LM draft's chain γ = 3, the feature head's chain γ = 2 and its dynamic tree 3/3/8;
-greedy, on distill.prompts.EVALUATION), the overhead is the generation's wall time minus the time spent inside the
-models' forward passes (target body and head, draft body and head; the feature head's reduced output layer
-through `ReducedHead.reduced_logits`), per target pass. t(1) is the time of one target forward in plain
+greedy, on distill.prompts.EVALUATION), the overhead is the generation's wall time minus the time spent inside
+the models' forward passes (target body and head, draft body and head; the feature head's reduced output
+layer through `ReducedHead.reduced_logits`), per target pass. t(1) is the time of one target forward in plain
 decoding, measured the same way, so h / t(1) is comparable with `python -m specdec_ref diagnose`'s h. Prints
 one JSON line; run it on two checkouts, alternating, to compare them.
 """
