@@ -21,6 +21,7 @@ from ..device import seconds_since, start_timer
 from .timing import time_fn
 from ..drafters import TreeDrafter
 from ..generate import Generation, Stats, as_drafter, autoregressive_generate, speculative_generate
+from ..models.method import method_name
 from ..tree import TreeBudget
 from ..sampling import SamplingConfig
 from .hf import ASSISTANT_SETTINGS, assistant_settings, constant_gamma
@@ -231,6 +232,11 @@ def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: i
         budget = tree or drafter.default_tree or TreeBudget()
         methods[f"speculative, ours (dynamic tree {budget.depth}/{budget.topk}/{budget.n_nodes})"] = (
             lambda ids: speculative_generate(target, drafter, ids, max_new_tokens, tree=budget, **opts))
+        chosen = drafter.default_method(sampling)  # what the one-line call runs (models.method for the head)
+        named = isinstance(chosen, (int, TreeBudget))
+        label = method_name(chosen) if named else f"static tree of {chosen.size}"
+        methods[f"speculative, ours (the chosen default: {label})"] = (
+            lambda ids: speculative_generate(target, drafter, ids, max_new_tokens, **opts))
     if hf:
         methods["HF generate, plain"] = lambda ids: hf_generate(target, ids, max_new_tokens, sampling, g)
     if hf and hf_draft is not None:  # Hugging Face assisted generation needs a causal LM as its draft
