@@ -42,11 +42,12 @@ from transformers import DynamicCache
 from ..cache import layer_features
 from ..drafters import FeatureDrafter
 from ..generate import speculative_generate
-from ..kernels import prepack_for_cpu
+from ..models.kernels import prepack_for_cpu
 from ..models import encode_chat, feature_draft, offline_draft
 from ..sampling import SamplingConfig
 from .prompts import HELD_OUT, training_prompts
-from .train import log, optimiser_step, pick_dtype, resume, sample_batch, save_checkpoint, start_run
+from .batch_sample import sample_batch
+from .train import log, optimiser_step, pick_dtype, resume, save_checkpoint, start_run
 
 
 @dataclass

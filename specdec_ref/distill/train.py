@@ -27,11 +27,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import DynamicCache
 
-from ..cache import cache_kwargs
 from ..models import offline_draft
 from ..models import default_dtype, encode_chat
+from .batch_sample import sample_batch
 from .prompts import training_prompts
 
 
@@ -94,52 +93,6 @@ def log(cfg, msg: str) -> None:
 
 
 # ---------------------------------------------------------------- stage 1: data from the target itself
-
-@torch.inference_mode()
-def sample_batch(target, prompts: list[torch.Tensor], max_new_tokens: int, temperature: float, top_k: int,
-                 eos_token_id: int, generator: torch.Generator) -> list[dict]:
-    """Answer B prompts at once (left-padded, one KV cache); keep each answer and its top-k soft labels.
-
-    Rows that have written EOS leave the batch (and the cache), so long answers do not keep short ones busy.
-    """
-    B, T, device = len(prompts), max(p.shape[0] for p in prompts), next(target.parameters()).device
-    ids = torch.full((B, T), eos_token_id, dtype=torch.long, device=device)  # [B, T] left-padded
-    mask = torch.zeros(B, T, dtype=torch.long, device=device)
-    for b, p in enumerate(prompts):
-        ids[b, T - p.shape[0]:], mask[b, T - p.shape[0]:] = p, 1
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)  # [B, T]
-    cache = DynamicCache()
-    logits = target(input_ids=ids, attention_mask=mask, position_ids=pos, **cache_kwargs(target, cache),
-                    logits_to_keep=1).logits[:, -1]
-    live = torch.arange(B, device=device)  # rows still writing
-    out = [{"answer": [], "label_ids": [], "label_logp": []} for _ in range(B)]
-    for _ in range(max_new_tokens):
-        logp = logits.float().log_softmax(-1)  # [b, V]
-        top = logp.topk(top_k, dim=-1)  # [b, k]
-        if temperature == 0:
-            nxt = logp.argmax(-1)  # [b]
-        else:
-            probs = (logp / temperature).softmax(-1).to(generator.device)  # sampled where the generator lives
-            nxt = torch.multinomial(probs, 1, generator=generator)[:, 0].to(device)  # [b]
-        kept = nxt.cpu(), top.indices.to(torch.int32).cpu(), top.values.to(torch.float16).cpu()  # one copy a step
-        for j, row in enumerate(live.tolist()):
-            out[row]["answer"].append(kept[0][j])
-            out[row]["label_ids"].append(kept[1][j])
-            out[row]["label_logp"].append(kept[2][j])
-        going = nxt != eos_token_id  # [b]
-        if not bool(going.any()):
-            break
-        if not bool(going.all()):  # drop finished rows from the batch and the cache
-            keep = going.nonzero()[:, 0]
-            live, nxt, mask, pos = live[keep], nxt[keep], mask[keep], pos[keep]
-            cache.batch_select_indices(keep)
-        mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], 1)  # [b, T+1]
-        pos = pos[:, -1:] + 1  # [b, 1]
-        logits = target(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos,
-                        **cache_kwargs(target, cache)).logits[:, -1]
-    return [{"prompt": p.cpu().clone(), "answer": torch.stack(o["answer"]), "label_ids": torch.stack(o["label_ids"]),
-             "label_logp": torch.stack(o["label_logp"])} for p, o in zip(prompts, out)]
-
 
 def make_data(cfg: TrainConfig, target, tokenizer) -> list[dict]:
     """Stage 1: write (or reuse) one shard per batch of prompts under <out>/data/; return all rows."""
