@@ -15,7 +15,17 @@ lint-imports
 
 echo "== unit and statistical tests"
 python -m pytest -q -n 2 -m "not kernel" tests  # two workers: every test runs single-threaded (tests/conftest.py)
-python -m pytest -q -m kernel tests  # tests that start a Jupyter kernel, outside the workers
+python -m pytest -q -m kernel tests -k "not segment_runs_alone"  # tests that start a Jupyter kernel, outside the workers
+# The workshop plan's segments, each alone in a fresh kernel (book/workshop_plan.yml): two processes, one core each
+seg() { OMP_NUM_THREADS=1 python -m pytest -q -p no:cacheprovider -m kernel tests/test_workshop_plan.py -k "$1"; }
+seglogs=$(mktemp -d)
+seg "segment_runs_alone and (ch1 or ch2 or ch3)" > "$seglogs/a.log" 2>&1 & s1=$!
+seg "segment_runs_alone and not (ch1 or ch2 or ch3)" > "$seglogs/b.log" 2>&1 & s2=$!
+r1=0 r2=0
+wait $s1 || r1=$?
+wait $s2 || r2=$?
+cat "$seglogs/a.log" "$seglogs/b.log" && rm -rf "$seglogs"
+[ $r1 = 0 ] && [ $r2 = 0 ] || { echo "a workshop segment failed (see above)" >&2; exit 1; }
 
 echo "== a reader's runtime: the package and its runtime dependencies only (.venv-reader)"
 bash scripts/setup_reader.sh

@@ -163,8 +163,8 @@ def sample_batch(target, prompts: list[torch.Tensor], max_new_tokens: int, tempe
 
 
 @torch.inference_mode()
-def sample_batch_plain(target, prompts: list[torch.Tensor], max_new_tokens: int, temperature: float, top_k: int,
-                       eos_token_id: int, generator: torch.Generator) -> list[dict]:
+def sample_batch_plain(target, prompts: list[torch.Tensor], max_new_tokens: int, temperature: float,
+                       top_k: int, eos_token_id: int, generator: torch.Generator) -> list[dict]:
     """`sample_batch` as first written: the same rows, from one padded prefill, a DynamicCache and the model's
     own attention (SDPA with a padding mask). The readable reference; slower, most of all on a CPU.
 
@@ -189,7 +189,8 @@ def sample_batch_plain(target, prompts: list[torch.Tensor], max_new_tokens: int,
         else:
             probs = (logp / temperature).softmax(-1).to(generator.device)  # sampled where the generator lives
             nxt = torch.multinomial(probs, 1, generator=generator)[:, 0].to(device)  # [b]
-        kept = nxt.cpu(), top.indices.to(torch.int32).cpu(), top.values.to(torch.float16).cpu()  # one copy a step
+        # one copy a step
+        kept = nxt.cpu(), top.indices.to(torch.int32).cpu(), top.values.to(torch.float16).cpu()
         for j, row in enumerate(live.tolist()):
             out[row]["answer"].append(kept[0][j])
             out[row]["label_ids"].append(kept[1][j])
@@ -205,5 +206,6 @@ def sample_batch_plain(target, prompts: list[torch.Tensor], max_new_tokens: int,
         pos = pos[:, -1:] + 1  # [b, 1]
         logits = target(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos,
                         **cache_kwargs(target, cache)).logits[:, -1]
-    return [{"prompt": p.cpu().clone(), "answer": torch.stack(o["answer"]), "label_ids": torch.stack(o["label_ids"]),
-             "label_logp": torch.stack(o["label_logp"])} for p, o in zip(prompts, out)]
+    return [{"prompt": p.cpu().clone(), "answer": torch.stack(o["answer"]),
+             "label_ids": torch.stack(o["label_ids"]), "label_logp": torch.stack(o["label_logp"])}
+            for p, o in zip(prompts, out)]

@@ -1,4 +1,5 @@
-"""Train the feature-level draft (EAGLE-1 style, `models.feature_draft.FeatureHead`) on text the target writes.
+"""Train the feature-level draft (EAGLE-1 style, `models.feature_draft.FeatureHead`) on text the target
+writes.
 
     python -m specdec_ref.distill.eagle --out runs/eagle                 # every stage, resumable
     python -m specdec_ref.distill.eagle --out runs/eagle --quick         # a few steps, for tests
@@ -63,9 +64,12 @@ class EagleConfig:
     max_new_tokens: int = 192  # answer length cap
     threads: int = 1  # torch threads (1 is faster than 2 when another job shares the 2 cores)
     n_layers: int = 1  # decoder layers in the head
-    fuse_layers: str = ""  # e.g. "2,15,-1": target layers fused at the head's input (EAGLE-3); "": final features
-    ttt_steps: int = 3  # training-time test: passes that feed the head its own features (1: EAGLE-1's objective)
-    init: str = ""  # an exported head to fine-tune instead of a fresh one ("": from scratch); deeper n_layers grows it
+    # e.g. "2,15,-1": target layers fused at the head's input (EAGLE-3); "": final features
+    fuse_layers: str = ""
+    # training-time test: passes that feed the head its own features (1: EAGLE-1's objective)
+    ttt_steps: int = 3
+    # an exported head to fine-tune instead of a fresh one ("": from scratch); deeper n_layers grows it
+    init: str = ""
     steps: int = 3000  # optimiser steps
     batch_tokens: int = 4096  # tokens per step (approximately)
     lr: float = 1e-3  # peak learning rate (linear warm-up, cosine decay)
@@ -76,9 +80,12 @@ class EagleConfig:
     eval_prompts: int = 12  # held-out prompts for the final α per position
     eval_tokens: int = 96  # tokens generated per held-out prompt
     stop_after: str = "eval"  # last stage to run: prompts, answers, features, train or eval
-    extra_runs: str = ""  # comma-separated run directories whose answer shards join this run's (merged corpora)
-    device: str = "auto"  # where the target loads: auto = a CUDA GPU if there is one (the corpus in minutes), else cpu
-    gen_dtype: str = "auto"  # dtype of the stages 1-2 copy: auto (bfloat16 where the CPU multiplies it natively)
+    # comma-separated run directories whose answer shards join this run's (merged corpora)
+    extra_runs: str = ""
+    # where the target loads: auto = a CUDA GPU if there is one (the corpus in minutes), else cpu
+    device: str = "auto"
+    # dtype of the stages 1-2 copy: auto (bfloat16 where the CPU multiplies it natively)
+    gen_dtype: str = "auto"
 
 
 QUICK = dict(n_generated=8, n_grounded=2, n_template=4, batch_prompts=8, max_new_tokens=16, steps=6,
@@ -95,7 +102,8 @@ def _save(obj, path: Path) -> None:  # write-then-rename, so a stopped run never
 STYLES = [  # {w} is a random word; every one asks the target to write a prompt, not to answer it
     "Write one question a curious person might ask an AI assistant about {w}. Reply with the question only.",
     "Write one question a child might ask about {w}. Reply with the question only.",
-    "Write a request for practical advice about {w}, as a user would type it to an assistant. Reply with the request only.",
+    "Write a request for practical advice about {w}, as a user would type it to an assistant. "
+    "Reply with the request only.",
     "Write a 'how do I' question about {w}. Reply with the question only.",
     "Write a question that asks to compare {w} with something similar. Reply with the question only.",
     "Write a request asking an assistant for a very short story involving {w}. Reply with the request only.",
@@ -109,11 +117,13 @@ STYLES = [  # {w} is a random word; every one asks the target to write a prompt,
     "Write a request asking for the pros and cons of {w}. Reply with the request only.",
     "Write a request asking for a step-by-step plan involving {w}. Reply with the request only.",
     "Write a fun trivia question about {w}. Reply with the question only.",
-    "Write a request asking for a short Python function that has something to do with {w}. Reply with the request only.",
+    "Write a request asking for a short Python function that has something to do with {w}. "
+    "Reply with the request only.",
     "Write a request asking for a numbered list of facts about {w}. Reply with the request only.",
     "Write a question that needs a step-by-step answer, about {w}. Reply with the question only.",
     "Write a request asking to explain a common mistake people make with {w}. Reply with the request only.",
-    "Write a request asking for a table-like comparison (as plain text) involving {w}. Reply with the request only.",
+    "Write a request asking for a table-like comparison (as plain text) involving {w}. "
+    "Reply with the request only.",
     "Write a short math word problem about {w}, as a student would ask it. Reply with the problem only.",
 ]
 TASKS = [  # input-grounded tasks: the answer copies, trims or restructures the paragraph
@@ -128,7 +138,8 @@ FOLLOWUPS = ["Can you give me an example?", "Can you explain that more simply?",
              "Can you make it shorter?", "What should I do first?", "Tell me more about the first point.",
              "Can you put that as a numbered list?", "Thanks! Can you summarise it in one sentence?",
              "What would you add to that?", "Can you write it again, more formally?"]
-TEMPERATURES = (0.0, 0.7, 1.0, 0.3)  # answer shard i is written at TEMPERATURES[i % 4] (the seed-0 run used 3)
+# answer shard i is written at TEMPERATURES[i % 4] (the seed-0 run used 3)
+TEMPERATURES = (0.0, 0.7, 1.0, 0.3)
 
 
 def random_words(tokenizer, n: int, seed: int) -> list[str]:
@@ -148,8 +159,8 @@ def _clean(text: str) -> str | None:
 
 
 @torch.inference_mode()
-def _generate(gen_model, tokenizer, chats: list[str] | list[list[dict]], max_new_tokens: int, temperature: float,
-              seed: int) -> list[str]:
+def _generate(gen_model, tokenizer, chats: list[str] | list[list[dict]], max_new_tokens: int,
+              temperature: float, seed: int) -> list[str]:
     """Answer a batch of one-turn prompts (str) or conversations (list of messages); return the texts."""
     ids = [(encode_chat(tokenizer, c) if isinstance(c, str) else
             tokenizer.apply_chat_template(c, add_generation_prompt=True, return_tensors="pt")["input_ids"])[0]
@@ -160,7 +171,8 @@ def _generate(gen_model, tokenizer, chats: list[str] | list[list[dict]], max_new
 
 
 def make_prompts(cfg: EagleConfig, gen_model, tokenizer) -> list[str]:
-    """Stage 1 -> the training prompts; one small JSON shard per batch under <out>/prompts/, then prompts.json."""
+    """Stage 1 -> the training prompts; one small JSON shard per batch under <out>/prompts/, then
+    prompts.json."""
     path, shard_dir = Path(cfg.out) / "prompts.json", Path(cfg.out) / "prompts"
     if path.exists():
         return json.loads(path.read_text())
@@ -168,7 +180,8 @@ def make_prompts(cfg: EagleConfig, gen_model, tokenizer) -> list[str]:
     words = random_words(tokenizer, cfg.n_generated + cfg.n_grounded, cfg.seed)
     rng = random.Random(cfg.seed)
     metas = [rng.choice(STYLES).format(w=w) for w in words[:cfg.n_generated]]
-    paras = [f"Write a short paragraph of three or four sentences about {w}." for w in words[cfg.n_generated:]]
+    paras = [f"Write a short paragraph of three or four sentences about {w}."
+             for w in words[cfg.n_generated:]]
     tasks = [rng.choice(TASKS) for _ in paras]
     out, B = [], cfg.batch_prompts
     for kind, requests in (("questions", metas), ("grounded", paras)):
@@ -176,7 +189,8 @@ def make_prompts(cfg: EagleConfig, gen_model, tokenizer) -> list[str]:
             shard = shard_dir / f"{kind}_{i // B:04d}.json"
             if not shard.exists():
                 texts = _generate(gen_model, tokenizer, requests[i:i + B], 60 if kind == "questions" else 120,
-                                  0.8 if kind == "questions" else 0.7, cfg.seed + i + (10**6 if kind == "grounded" else 0))
+                                  0.8 if kind == "questions" else 0.7,
+                                  cfg.seed + i + (10**6 if kind == "grounded" else 0))
                 if kind == "questions":
                     new = [p for p in map(_clean, texts) if p]
                 else:
@@ -214,7 +228,8 @@ def make_answers(cfg: EagleConfig, gen_model, tokenizer, prompts: list[str]) -> 
         for c in more:
             c.append({"role": "user", "content": rng.choice(FOLLOWUPS)})
         if more:
-            for c, a in zip(more, _generate(gen_model, tokenizer, more, cfg.max_new_tokens, temp, cfg.seed + i + 1)):
+            for c, a in zip(more, _generate(gen_model, tokenizer, more, cfg.max_new_tokens, temp,
+                                            cfg.seed + i + 1)):
                 c.append({"role": "assistant", "content": a})
         rows = []
         for c in chats:
@@ -230,11 +245,13 @@ def make_answers(cfg: EagleConfig, gen_model, tokenizer, prompts: list[str]) -> 
 
 
 def corpus(cfg: EagleConfig, own: list[Path]) -> list[Path]:
-    """This run's answer shards, then those of every run in cfg.extra_runs (each run's own prompts and seed)."""
+    """This run's answer shards, then those of every run in cfg.extra_runs (each run's own prompts and
+    seed)."""
     extra = [Path(d) for d in cfg.extra_runs.split(",") if d.strip()]
     for d in extra:
         if not (d / "answers").is_dir():
-            raise ValueError(f"extra run {d} has no answers/ folder: give run directories made by this script")
+            raise ValueError(f"extra run {d} has no answers/ folder: "
+                             "give run directories made by this script")
     return own + [p for d in extra for p in sorted((d / "answers").glob("shard_*.pt"))]
 
 
@@ -246,7 +263,8 @@ def make_features(cfg: EagleConfig, target, answer_paths: list[Path]) -> list[Pa
     feat_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for src in answer_paths:
-        run = src.parent.parent  # another run's shards keep their run's name: shard numbers repeat across runs
+        # another run's shards keep their run's name: shard numbers repeat across runs
+        run = src.parent.parent
         path = feat_dir / (src.name if run.resolve() == Path(cfg.out).resolve() else f"{run.name}-{src.name}")
         paths.append(path)
         if path.exists():
@@ -254,7 +272,8 @@ def make_features(cfg: EagleConfig, target, answer_paths: list[Path]) -> list[Pa
         t0, rows = time.time(), torch.load(src, weights_only=True)
         for r in rows:  # one sequence at a time: no padding to get wrong, and ~800 tokens/s on 2 cores anyway
             out = target(input_ids=r["ids"].long()[None].to(target.device), output_hidden_states=True)
-            r["hidden"] = layer_features(out.hidden_states, layers)[0].to(torch.float16).cpu()  # [L, d] or [L, n d]
+            # [L, d] or [L, n d]
+            r["hidden"] = layer_features(out.hidden_states, layers)[0].to(torch.float16).cpu()
         _save(rows, path)
         n = sum(r["ids"].shape[0] for r in rows)
         log(cfg, f"features: {path.name}, {n} tokens ({n / (time.time() - t0):.0f} tok/s)")
@@ -292,7 +311,8 @@ def batches_of(rows: list[dict], batch_tokens: int, seed: int) -> list[list[int]
 
 
 def pad_rows(rows: list[dict], dtype: torch.dtype):
-    """-> ids [B, L], hidden [B, L, d], answer [B, L-1]: right-padded; answer marks positions j whose h_{j+1} is answer."""
+    """-> ids [B, L], hidden [B, L, d], answer [B, L-1]: right-padded; answer marks positions j whose
+    h_{j+1} is answer."""
     L = max(r["ids"].shape[0] for r in rows)
     d = rows[0]["hidden"].shape[1]
     ids = torch.zeros(len(rows), L, dtype=torch.long)
@@ -331,7 +351,8 @@ def ttt_features(head, h_in: torch.Tensor, x_next: torch.Tensor, steps: int) -> 
     cache, feats, out = DynamicCache(), h_in, []
     for s in range(steps):
         mask = ttt_mask(n, s, h_in.dtype).to(h_in.device) if steps > 1 else None
-        f = head(feats, x_next, cache if steps > 1 else None, position_ids=positions, attention_mask=mask)  # [B, n, d]
+        f = head(feats, x_next, cache if steps > 1 else None, position_ids=positions,
+                 attention_mask=mask)  # [B, n, d]
         out.append(f)
         feats = torch.cat([f[:, :1], f[:, :-1]], dim=1)  # the input at i is the guess of h_i made at i - 1
     return out
@@ -347,9 +368,11 @@ def eagle_loss(head, rows: list[dict], noise: float, ce_weight: float, generator
     ids, hid, answer = (t.to(device) for t in pad_rows(rows, dtype))  # built on the CPU
     h_in, h_next, x_next = hid[:, :-1], hid[:, 1:, -d:], ids[:, 1:]  # [B, n, (n_fused) d], [B, n, d], [B, n]
     if noise > 0:  # EAGLE's input noise: the head must cope with its own imperfect features when drafting
-        blocks = h_in.unflatten(-1, (-1, d))  # [B, n, 1 or n_fused, d]: each layer's noise follows its own scale
+        # [B, n, 1 or n_fused, d]: each layer's noise follows its own scale
+        blocks = h_in.unflatten(-1, (-1, d))
         rms = blocks.pow(2).mean(-1, keepdim=True).sqrt()
-        u = torch.rand(blocks.shape, generator=generator, dtype=dtype).to(device)  # seeded on the CPU, any device
+        # seeded on the CPU, any device
+        u = torch.rand(blocks.shape, generator=generator, dtype=dtype).to(device)
         h_in = (blocks + noise * rms * (2 * u - 1)).flatten(-2)
     p_answer = head.head.reduced_logits(h_next[answer]).float().softmax(-1)  # [N, n_vocab] the target's, once
     position = torch.arange(answer.shape[1], device=device).expand_as(answer)  # [B, n]
@@ -359,7 +382,8 @@ def eagle_loss(head, rows: list[dict], noise: float, ce_weight: float, generator
         f, want = f_all[keep], h_next[keep]  # [N_s, d]
         logq = head.head.reduced_logits(f).float().log_softmax(-1)  # [N_s, n_vocab]
         p_target = p_answer[keep[answer]]  # [N_s, n_vocab]
-        total = total + F.smooth_l1_loss(f.float(), want.float()) + ce_weight * -(p_target * logq).sum(-1).mean()
+        total = (total + F.smooth_l1_loss(f.float(), want.float())
+                 + ce_weight * -(p_target * logq).sum(-1).mean())
         agree.append((logq.argmax(-1) == p_target.argmax(-1)).float().mean())
     return total / steps, torch.stack(agree)
 
@@ -376,21 +400,26 @@ def train(cfg: EagleConfig, target, feature_paths: list[Path]):
     n_tok = sum(int(r["ids"].shape[0] - r["n_prompt"]) for r in train_rows)
     width = len(fuse_layers(cfg) or (-1,))  # features per position, in units of d
     if rows and rows[0]["hidden"].shape[-1] != width * target.config.hidden_size:
-        raise ValueError(f"the features in {feature_paths[0].parent} are {rows[0]['hidden'].shape[-1]} wide, fuse_layers "
-                         f"{cfg.fuse_layers!r} needs {width} x {target.config.hidden_size}: made for another head; use a new --out")
+        raise ValueError(f"the features in {feature_paths[0].parent} are {rows[0]['hidden'].shape[-1]} wide, "
+                         f"fuse_layers {cfg.fuse_layers!r} needs {width} x {target.config.hidden_size}: "
+                         "made for another head; use a new --out")
     if cfg.init:  # fine-tune an exported head (e.g. the shipped one) instead of starting from scratch
         head = feature_draft.load(target, cfg.init)
         if head.body.config.num_hidden_layers > cfg.n_layers:
-            raise ValueError(f"--init {cfg.init} has {head.body.config.num_hidden_layers} layers, more than --n-layers {cfg.n_layers}")
-        head = feature_draft.grow(head, target, cfg.n_layers, fuse_layers(cfg)).train()  # starts as the old head
+            raise ValueError(f"--init {cfg.init} has {head.body.config.num_hidden_layers} layers, "
+                             f"more than --n-layers {cfg.n_layers}")
+        # starts as the old head
+        head = feature_draft.grow(head, target, cfg.n_layers, fuse_layers(cfg)).train()
     else:
         head = feature_draft.FeatureHead(target, cfg.n_layers, head_vocab(), fuse_layers(cfg)).train()
-    params = [p for n, p in head.named_parameters() if n.startswith(("fc.", "fuse.", "body.")) and "embed_tokens" not in n]
+    params = [p for n, p in head.named_parameters()
+              if n.startswith(("fc.", "fuse.", "body.")) and "embed_tokens" not in n]
     for p in head.parameters():
         p.requires_grad_(False)
     for p in params:
         p.requires_grad_(True)
-    log(cfg, f"train: {len(train_rows)} sequences, {n_tok} answer tokens; head {sum(p.numel() for p in params) / 1e6:.2f} M")
+    log(cfg, f"train: {len(train_rows)} sequences, {n_tok} answer tokens; "
+             f"head {sum(p.numel() for p in params) / 1e6:.2f} M")
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.95))
     ckpt = Path(cfg.out) / "ckpt.pt"
     step, curve = resume(ckpt, head, opt)
@@ -404,16 +433,19 @@ def train(cfg: EagleConfig, target, feature_paths: list[Path]):
             batches, batches_epoch = batches_of(train_rows, cfg.batch_tokens, cfg.seed * 1000 + epoch), epoch
         batch = batches[i]
         lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup) * 0.5 * (1 + math.cos(math.pi * step / cfg.steps))
-        loss, agree = eagle_loss(head, [train_rows[j] for j in batch], cfg.noise, cfg.ce_weight, g, cfg.ttt_steps)
+        loss, agree = eagle_loss(head, [train_rows[j] for j in batch], cfg.noise, cfg.ce_weight, g,
+                                 cfg.ttt_steps)
         optimiser_step(opt, params, loss, lr)
         step += 1
         if step % 25 == 0:
-            log(cfg, f"step {step}/{cfg.steps} epoch {epoch}: loss {float(loss.detach()):.3f}, top-1 by depth "
+            log(cfg, f"step {step}/{cfg.steps} epoch {epoch}: loss {float(loss.detach()):.3f}, "
+                     "top-1 by depth "
                      f"{', '.join(f'{float(a):.1%}' for a in agree)}, "
                      f"lr {lr:.1e}, {(time.time() - t0) / 60:.1f} min")
         if step % cfg.eval_every == 0 or step == cfg.steps:
             with torch.no_grad():
-                vals = [eagle_loss(head, [val_rows[j] for j in b], 0.0, cfg.ce_weight, None, max(cfg.ttt_steps, 3))
+                vals = [eagle_loss(head, [val_rows[j] for j in b], 0.0, cfg.ce_weight, None,
+                                   max(cfg.ttt_steps, 3))
                         for b in batches_of(val_rows, cfg.batch_tokens, 0)]
             vloss = sum(float(v[0]) for v in vals) / len(vals)
             vdepth = (sum(v[1] for v in vals) / len(vals)).tolist()  # top-1 agreement at depth 1, 2, 3, ...
@@ -475,12 +507,14 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=EagleConfig.out)
     p.add_argument("--quick", action="store_true", help="a few prompts and steps (for tests)")
-    p.add_argument("--export", default=None, help="after training, write the head's weights to this directory")
+    p.add_argument("--export", default=None,
+                   help="after training, write the head's weights to this directory")
     for name, value in asdict(EagleConfig()).items():
         if name != "out":
             p.add_argument("--" + name.replace("_", "-"), type=type(value), default=None)
     args = p.parse_args(argv)
-    overrides = {k: v for k, v in vars(args).items() if k in EagleConfig.__dataclass_fields__ and v is not None}
+    overrides = {k: v for k, v in vars(args).items()
+                 if k in EagleConfig.__dataclass_fields__ and v is not None}
     cfg = EagleConfig(**{**(QUICK if args.quick else {}), **overrides})
     head, curve, report = run(cfg)
     if args.export and head is not None:

@@ -32,9 +32,11 @@ from .prompts import HELD_OUT, REWRITE_PROMPTS
 
 @torch.inference_mode()
 def agreement(target, draft, sequences: list[tuple[torch.Tensor, int]]) -> tuple[float, float]:
-    """Teacher-forced on the target's own greedy answers: (greedy agreement, mean sum_x min(p_target, p_draft) at T=1).
+    """Teacher-forced on the target's own greedy answers: (greedy agreement, mean sum_x min(p_target,
+    p_draft) at T=1).
 
-    The first is α for greedy decoding along the target's path; the second is α at T=1 (1 - total variation).
+    The first is α for greedy decoding along the target's path; the second is α at T=1 (1 - total
+    variation).
     """
     hits, overlap, n = 0.0, 0.0, 0
     for seq, n_prompt in sequences:  # seq [T]
@@ -66,17 +68,20 @@ def side_by_side(target, draft, tokenizer, prompts: list[str], max_new_tokens: i
     g = torch.Generator(device=target.device).manual_seed(seed)
     ours = dict(generator=g, eos_token_id=tokenizer.eos_token_id)
     methods = {
-        "plain greedy (ours)": lambda ids: autoregressive_generate(target, ids, max_new_tokens, sampling=greedy, **ours),
+        "plain greedy (ours)": lambda ids: autoregressive_generate(
+            target, ids, max_new_tokens, sampling=greedy, **ours),
         f"speculative greedy γ={gamma} (ours)": lambda ids: speculative_generate(
             target, draft, ids, max_new_tokens, gamma=gamma, sampling=greedy, **ours),
-        "plain T=1 (ours)": lambda ids: autoregressive_generate(target, ids, max_new_tokens, sampling=t1, **ours),
+        "plain T=1 (ours)": lambda ids: autoregressive_generate(
+            target, ids, max_new_tokens, sampling=t1, **ours),
         f"speculative T=1 γ={gamma} (ours)": lambda ids: speculative_generate(
             target, draft, ids, max_new_tokens, gamma=gamma, sampling=t1, **ours),
     }
     if hf:
         methods.update({
             "HF plain greedy": lambda ids: _hf(target, ids, max_new_tokens),
-            "HF assisted greedy (defaults)": lambda ids: _hf(target, ids, max_new_tokens, assistant_model=draft),
+            "HF assisted greedy (defaults)": lambda ids: _hf(
+                target, ids, max_new_tokens, assistant_model=draft),
             f"HF assisted greedy (γ={gamma}, constant)": lambda ids: _hf_at_gamma(
                 target, draft, ids, max_new_tokens, gamma),
         })
@@ -85,7 +90,8 @@ def side_by_side(target, draft, tokenizer, prompts: list[str], max_new_tokens: i
 
 
 def lookup_task(target, draft, tokenizer, max_new_tokens: int, gamma: int) -> dict[str, Row]:
-    """The prompt-lookup-friendly task (copy a paragraph with small edits), greedy: n-gram drafter vs the draft."""
+    """The prompt-lookup-friendly task (copy a paragraph with small edits), greedy: n-gram drafter vs the
+    draft."""
     ours = dict(sampling=SamplingConfig(temperature=0), eos_token_id=tokenizer.eos_token_id)
     lookup = NgramDrafter(vocab_size(target))
     methods = {
@@ -137,14 +143,17 @@ def main(argv: list[str] | None = None) -> None:
     a_greedy, a_t1 = agreement(target, draft, seqs)
     print(f"teacher-forced on the target's greedy answers: α greedy {a_greedy:.3f}, α T=1 {a_t1:.3f}")
     print(f"predicted speedup (Leviathan et al. Theorem 3.8, γ={args.gamma}): greedy "
-          f"{predicted_speedup(a_greedy, args.gamma, c):.2f}x, T=1 {predicted_speedup(a_t1, args.gamma, c):.2f}x")
+          f"{predicted_speedup(a_greedy, args.gamma, c):.2f}x, "
+          f"T=1 {predicted_speedup(a_t1, args.gamma, c):.2f}x")
 
     print("side by side (interleaved, one process):")
     rows = side_by_side(target, draft, tok, prompts, args.max_new_tokens, args.gamma, hf=not args.no_hf)
     table = report(rows, "plain greedy (ours)")
     print("prompt-lookup-friendly task (rewrite a paragraph), greedy:")
-    lookup = report(lookup_task(target, draft, tok, 2 * args.max_new_tokens, args.gamma), "rewrite: plain greedy")
-    result = {"command": "python -m specdec_ref.distill.evaluate " + " ".join(argv if argv is not None else sys.argv[1:]),
+    lookup = report(lookup_task(target, draft, tok, 2 * args.max_new_tokens, args.gamma),
+                    "rewrite: plain greedy")
+    result = {"command": "python -m specdec_ref.distill.evaluate "
+                         + " ".join(argv if argv is not None else sys.argv[1:]),
               "threads": torch.get_num_threads(), "gamma": args.gamma, "max_new_tokens": args.max_new_tokens,
               "n_prompts": len(prompts), "c": c, "alpha_greedy": a_greedy, "alpha_t1": a_t1,
               "predicted_greedy": predicted_speedup(a_greedy, args.gamma, c),

@@ -53,26 +53,27 @@ TASKS = [
 ]
 
 TOPICS = [
-    "photosynthesis", "the water cycle", "gravity", "black holes", "volcanoes", "earthquakes", "climate change",
-    "recycling", "renewable energy", "solar panels", "wind turbines", "electric cars", "bicycles", "trains",
-    "airplanes", "the internet", "email", "smartphones", "social media", "video games", "chess", "football",
-    "basketball", "swimming", "running", "yoga", "meditation", "sleep", "healthy eating", "vegetables", "coffee",
-    "tea", "chocolate", "bread baking", "cooking pasta", "gardening", "houseplants", "bees", "ants", "dolphins",
-    "elephants", "cats", "dogs", "birds migrating", "rainforests", "deserts", "oceans", "coral reefs", "mountains",
-    "rivers", "the moon", "Mars", "the solar system", "stars", "telescopes", "microscopes", "cells", "DNA",
-    "vaccines", "the immune system", "the heart", "the brain", "memory", "learning a language", "reading books",
-    "writing essays", "public speaking", "time management", "teamwork", "leadership", "friendship", "kindness",
-    "saving money", "budgeting", "banks", "taxes", "small businesses", "marketing", "job interviews",
-    "remote work", "programming", "Python", "databases", "algorithms", "sorting", "machine learning",
-    "robots", "3D printing", "electricity", "magnets", "batteries", "light", "sound", "music", "the piano",
-    "the guitar", "painting", "photography", "movies", "theater", "poetry", "ancient Egypt", "ancient Rome",
-    "the printing press", "the industrial revolution", "democracy", "elections", "museums", "libraries",
-    "maps", "the calendar", "clocks", "numbers", "fractions", "geometry", "probability", "statistics",
-    "weather forecasts", "rain", "snow", "rainbows", "clouds", "hurricanes", "fire safety", "first aid",
-    "camping", "hiking", "travel", "hotels", "cities", "villages", "farming", "wheat", "apples", "bridges",
-    "skyscrapers", "roads", "traffic", "plastic pollution", "clean water", "composting", "birthdays",
-    "holidays", "games for children", "board games", "puzzles", "origami", "knitting", "fashion", "shoes",
-    "soap", "dentists", "exercise", "walking", "stress", "happiness", "curiosity", "patience", "honesty",
+    "photosynthesis", "the water cycle", "gravity", "black holes", "volcanoes", "earthquakes",
+    "climate change", "recycling", "renewable energy", "solar panels", "wind turbines", "electric cars",
+    "bicycles", "trains", "airplanes", "the internet", "email", "smartphones", "social media", "video games",
+    "chess", "football", "basketball", "swimming", "running", "yoga", "meditation", "sleep", "healthy eating",
+    "vegetables", "coffee", "tea", "chocolate", "bread baking", "cooking pasta", "gardening", "houseplants",
+    "bees", "ants", "dolphins", "elephants", "cats", "dogs", "birds migrating", "rainforests", "deserts",
+    "oceans", "coral reefs", "mountains", "rivers", "the moon", "Mars", "the solar system", "stars",
+    "telescopes", "microscopes", "cells", "DNA", "vaccines", "the immune system", "the heart", "the brain",
+    "memory", "learning a language", "reading books", "writing essays", "public speaking", "time management",
+    "teamwork", "leadership", "friendship", "kindness", "saving money", "budgeting", "banks", "taxes",
+    "small businesses", "marketing", "job interviews", "remote work", "programming", "Python", "databases",
+    "algorithms", "sorting", "machine learning", "robots", "3D printing", "electricity", "magnets",
+    "batteries", "light", "sound", "music", "the piano", "the guitar", "painting", "photography", "movies",
+    "theater", "poetry", "ancient Egypt", "ancient Rome", "the printing press", "the industrial revolution",
+    "democracy", "elections", "museums", "libraries", "maps", "the calendar", "clocks", "numbers",
+    "fractions", "geometry", "probability", "statistics", "weather forecasts", "rain", "snow", "rainbows",
+    "clouds", "hurricanes", "fire safety", "first aid", "camping", "hiking", "travel", "hotels", "cities",
+    "villages", "farming", "wheat", "apples", "bridges", "skyscrapers", "roads", "traffic",
+    "plastic pollution", "clean water", "composting", "birthdays", "holidays", "games for children",
+    "board games", "puzzles", "origami", "knitting", "fashion", "shoes", "soap", "dentists", "exercise",
+    "walking", "stress", "happiness", "curiosity", "patience", "honesty",
 ]
 
 STYLES = [
@@ -117,9 +118,9 @@ TUNING, EVALUATION = HELD_OUT[:12], HELD_OUT[12:]
 REWRITE_PARAGRAPH = (
     "The old lighthouse stood at the edge of the cliff for more than a hundred years. Every night its light "
     "swept across the dark water and guided the fishing boats safely home. The keeper, an old man named Tom, "
-    "climbed the narrow stairs each evening to clean the lamp and wind the clock. When the town finally built "
-    "a modern beacon, the lighthouse fell silent, but the people still walked up the hill on summer evenings "
-    "to watch the sun go down behind it."
+    "climbed the narrow stairs each evening to clean the lamp and wind the clock. When the town finally "
+    "built a modern beacon, the lighthouse fell silent, but the people still walked up the hill on summer "
+    "evenings to watch the sun go down behind it."
 )
 REWRITE_PROMPTS = [
     "Rewrite this paragraph with small edits, fixing nothing but making the wording slightly more vivid:\n\n"
@@ -148,9 +149,9 @@ EXTRACT_PROMPTS = [
 ]
 SUMMARY_PROMPTS = [
     "Summarise this paragraph in two sentences, reusing its words:\n\n" + REWRITE_PARAGRAPH,
-    "Summarise this note in one sentence:\n\nThe team meeting moves from Monday to Wednesday at 10 am because "
-    "the projector in room 4 is being repaired. Please bring the draft budget and the list of open questions, "
-    "and tell Anna by Tuesday if you cannot come.",
+    "Summarise this note in one sentence:\n\nThe team meeting moves from Monday to Wednesday at 10 am "
+    "because the projector in room 4 is being repaired. Please bring the draft budget and the list of open "
+    "questions, and tell Anna by Tuesday if you cannot come.",
 ]
 TASK_PROMPTS = {  # task -> prompts; the first is open-ended, the others copy from their input
     "open question": HELD_OUT[:2],

@@ -43,25 +43,30 @@ class TrainConfig:
     max_new_tokens: int = 160  # answer length cap per prompt
     temperatures: tuple = (0.0, 0.7, 1.0)  # sampling temperature cycles over these, one per batch
     top_k_labels: int = 32  # soft labels kept per position
-    gen_dtype: str = "auto"  # target dtype for data generation: auto = `models.default_dtype` of the target's device
+    # target dtype for data generation: auto = `models.default_dtype` of the target's device
+    gen_dtype: str = "auto"
     n_layers: int = 2  # draft transformer layers
     init_layers: tuple = (0, 29)  # target layers the draft's layers start from
     n_vocab: int = 8192  # draft head size: the most frequent tokens in the target's answers
     train_head: bool = False  # also train the head rows (else they stay the target's tied embedding rows)
-    loss: str = "kl"  # "kl": KL(target || draft); "tv": total variation, a proxy for 1 - α at T=1 (DistillSpec)
+    # "kl": KL(target || draft); "tv": total variation, a proxy for 1 - α at T=1 (DistillSpec)
+    loss: str = "kl"
     steps: int = 1200  # optimiser steps
     batch_tokens: int = 4096  # tokens per optimiser step (approximately)
     lr: float = 3e-4  # peak learning rate (linear warm-up, cosine decay)
     warmup: int = 50  # warm-up steps
     eval_every: int = 100  # steps between held-out evaluations and checkpoints
-    train_dtype: str = "auto"  # autocast dtype for training: auto = bfloat16 where the device has it natively, else float32
+    # autocast dtype for training: auto = bfloat16 where the device has it natively, else float32
+    train_dtype: str = "auto"
     threads: int = 1  # torch threads (1 is much faster than 2 when other jobs share the 2 cores)
-    device: str = "auto"  # where the target loads when none is passed: auto = a CUDA GPU if there is one, else cpu
+    # where the target loads when none is passed: auto = a CUDA GPU if there is one, else cpu
+    device: str = "auto"
     notes: dict = field(default_factory=dict)  # free-form, copied into the exported config
 
 
 def pick_dtype(name: str, model: torch.nn.Module, training: bool = False) -> torch.dtype:
-    """The dtype a config names; "auto" picks the fastest the model's device really has (`models.default_dtype`).
+    """The dtype a config names; "auto" picks the fastest the model's device really has
+    (`models.default_dtype`).
 
     Emulated bfloat16 (an AVX2-only CPU) is several times slower than float32, so auto never picks it. For
     training, auto keeps to bfloat16 or float32: float16 autocast would need loss scaling.
@@ -81,7 +86,8 @@ def run_device(name: str) -> torch.device:
     try:
         return torch.device(name)
     except RuntimeError as err:
-        raise ValueError(f"device must be 'auto' or a torch device such as 'cpu' or 'cuda', got {name!r}") from err
+        raise ValueError(f"device must be 'auto' or a torch device such as 'cpu' or 'cuda', "
+                         f"got {name!r}") from err
 
 
 def log(cfg, msg: str) -> None:
@@ -107,7 +113,8 @@ def make_data(cfg: TrainConfig, target, tokenizer) -> list[dict]:
         if not shard.exists():
             g = torch.Generator().manual_seed(cfg.seed * 100_003 + i)
             temp = cfg.temperatures[i % len(cfg.temperatures)]
-            batch = [encode_chat(tokenizer, p)[0] for p in prompts[i * cfg.batch_prompts:(i + 1) * cfg.batch_prompts]]
+            batch = [encode_chat(tokenizer, p)[0]
+                     for p in prompts[i * cfg.batch_prompts:(i + 1) * cfg.batch_prompts]]
             tb = time.time()
             gen_model = gen_model or copy.deepcopy(target).to(pick_dtype(cfg.gen_dtype, target))
             new = sample_batch(gen_model, batch, cfg.max_new_tokens, temp, cfg.top_k_labels,
@@ -128,7 +135,8 @@ def make_data(cfg: TrainConfig, target, tokenizer) -> list[dict]:
 # ---------------------------------------------------------------- stage 2: distillation
 
 def choose_vocab(rows: list[dict], n_vocab: int, eos_token_id: int, vocab_size: int = 49152) -> torch.Tensor:
-    """The n_vocab tokens with the most target probability mass over all answer positions (soft labels); EOS always.
+    """The n_vocab tokens with the most target probability mass over all answer positions (soft labels);
+    EOS always.
 
     Ranking by the target's soft labels, not by the sampled tokens alone, also counts the tokens the target
     often considers but rarely writes: on held-out chat answers 8,192 tokens then cover 93% of greedy tokens
@@ -155,7 +163,8 @@ def make_batches(rows: list[dict], batch_tokens: int) -> list[list[int]]:
 
 
 def collate(rows: list[dict], full2sub: torch.Tensor, pad_id: int):
-    """Right-pad prompt+answer; return ids [B, L], loss positions (b, t) [N], teacher ids [N, k] and probs [N, k].
+    """Right-pad prompt+answer; return ids [B, L], loss positions (b, t) [N], teacher ids [N, k] and
+    probs [N, k].
 
     Position t predicts token t+1, so the answer token j of row b is predicted at t = len(prompt) + j - 1.
     Teacher ids outside the draft's head map to -1; their probability is dropped and the rest renormalised.
@@ -200,7 +209,8 @@ def distill_loss(draft, ids, bs, ts, lab_ids, lab_p, dtype: torch.dtype, loss: s
     return kl, agree
 
 
-def optimiser_step(opt: torch.optim.Optimizer, params: list[torch.Tensor], loss: torch.Tensor, lr: float) -> None:
+def optimiser_step(opt: torch.optim.Optimizer, params: list[torch.Tensor], loss: torch.Tensor,
+                   lr: float) -> None:
     """One update at learning rate lr, with the gradient norm clipped to 1."""
     for group in opt.param_groups:
         group["lr"] = lr
@@ -220,9 +230,11 @@ def resume(path: Path, model: torch.nn.Module, opt: torch.optim.Optimizer) -> tu
     return state["step"], state["curve"]
 
 
-def save_checkpoint(path: Path, model_state: dict, opt: torch.optim.Optimizer, step: int, curve: list[dict]) -> None:
+def save_checkpoint(path: Path, model_state: dict, opt: torch.optim.Optimizer, step: int,
+                    curve: list[dict]) -> None:
     """Write-then-rename, so that a run stopped mid-write keeps its previous checkpoint."""
-    torch.save({"model": model_state, "opt": opt.state_dict(), "step": step, "curve": curve}, path.with_suffix(".tmp"))
+    torch.save({"model": model_state, "opt": opt.state_dict(), "step": step, "curve": curve},
+               path.with_suffix(".tmp"))
     path.with_suffix(".tmp").rename(path)
 
 
@@ -255,12 +267,14 @@ def evaluate(draft, rows, batches, full2sub, pad_id, dtype) -> tuple[float, floa
 def train(cfg: TrainConfig, target, rows: list[dict], eos_token_id: int):
     """Stage 2: distil; checkpoint every eval_every steps to <out>/ckpt.pt and resume from it."""
     torch.manual_seed(cfg.seed)
-    n_val = max(1, len(rows) // 32)  # the last prompts are a validation split (unseen prompts, same templates)
+    # the last prompts are a validation split (unseen prompts, same templates)
+    n_val = max(1, len(rows) // 32)
     train_rows, val_rows = rows[:-n_val], rows[-n_val:]
     keep_ids = choose_vocab(train_rows, cfg.n_vocab, eos_token_id, target.config.vocab_size)
     full2sub = torch.full((target.config.vocab_size,), -1, dtype=torch.long)
     full2sub[keep_ids] = torch.arange(keep_ids.shape[0])
-    covered = sum(int((full2sub[r["answer"]] >= 0).sum()) for r in val_rows) / sum(r["answer"].shape[0] for r in val_rows)
+    covered = (sum(int((full2sub[r["answer"]] >= 0).sum()) for r in val_rows)
+               / sum(r["answer"].shape[0] for r in val_rows))
     log(cfg, f"vocab: {keep_ids.shape[0]} tokens cover {covered:.1%} of validation answer tokens")
     draft = offline_draft.build(target, cfg.n_layers, keep_ids, cfg.init_layers).train()
     draft.model.embed_tokens.weight.requires_grad_(False)
@@ -273,7 +287,8 @@ def train(cfg: TrainConfig, target, rows: list[dict], eos_token_id: int):
     step, curve = resume(ckpt, draft, opt)
     if step:
         log(cfg, f"resumed from step {step}")
-    batches, val_batches = make_batches(train_rows, cfg.batch_tokens), make_batches(val_rows, cfg.batch_tokens)
+    batches, val_batches = (make_batches(train_rows, cfg.batch_tokens),
+                            make_batches(val_rows, cfg.batch_tokens))
     dtype, pad_id, t0 = pick_dtype(cfg.train_dtype, target, training=True), eos_token_id, time.time()
     if step == 0:
         kl, agree = evaluate(draft, val_rows, val_batches, full2sub, pad_id, dtype)
@@ -288,7 +303,8 @@ def train(cfg: TrainConfig, target, rows: list[dict], eos_token_id: int):
         optimiser_step(opt, params, kl, lr_at(cfg, step))
         step += 1
         if step % 10 == 0:
-            log(cfg, f"step {step}/{cfg.steps} epoch {epoch}: train KL {float(kl.detach()):.3f}, top-1 {float(agree):.1%}, "
+            log(cfg, f"step {step}/{cfg.steps} epoch {epoch}: train KL {float(kl.detach()):.3f}, "
+                     f"top-1 {float(agree):.1%}, "
                      f"lr {lr_at(cfg, step - 1):.1e}, {(time.time() - t0) / 60:.1f} min")
         if step % cfg.eval_every == 0 or step == cfg.steps:
             vkl, vagree = evaluate(draft, val_rows, val_batches, full2sub, pad_id, dtype)
@@ -303,7 +319,8 @@ QUICK = dict(n_prompts=4, batch_prompts=4, max_new_tokens=12, top_k_labels=8, n_
 
 
 def start_run(cfg, target=None, tokenizer=None):
-    """Make the run directory, set the threads, log the config; load the offline target unless one is passed."""
+    """Make the run directory, set the threads, log the config; load the offline target unless one is
+    passed."""
     Path(cfg.out).mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(cfg.threads)
     if target is None:
@@ -342,7 +359,8 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=TrainConfig.out)
     p.add_argument("--quick", action="store_true", help="a few prompts and steps, for CI")
-    p.add_argument("--export", default=None, help="after training, write the shipped weights to this directory")
+    p.add_argument("--export", default=None,
+                   help="after training, write the shipped weights to this directory")
     for f in ("seed", "n_prompts", "batch_prompts", "max_new_tokens", "n_layers", "n_vocab", "steps",
               "batch_tokens", "eval_every", "threads", "warmup"):
         p.add_argument("--" + f.replace("_", "-"), type=int, default=None)
@@ -350,8 +368,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--init-layers", type=lambda s: tuple(int(x) for x in s.split(",")), default=None)
     p.add_argument("--train-dtype", default=None, help="auto (default), float32 or bfloat16")
     p.add_argument("--gen-dtype", default=None, help="auto (default), float32, bfloat16 or float16")
-    p.add_argument("--device", default=None, help="auto (default: a CUDA GPU if there is one), cpu, cuda, ...")
-    p.add_argument("--train-head", action="store_true", default=None, help="train the head rows too (shipped)")
+    p.add_argument("--device", default=None,
+                   help="auto (default: a CUDA GPU if there is one), cpu, cuda, ...")
+    p.add_argument("--train-head", action="store_true", default=None,
+                   help="train the head rows too (shipped)")
     p.add_argument("--plot", default=None, help="also save the training curve as a PNG here")
     args = vars(p.parse_args(argv))
     overrides = {k: v for k, v in args.items() if v is not None and k not in ("quick", "export", "plot")}
