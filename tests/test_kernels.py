@@ -105,6 +105,6 @@ def test_real_pair_prepacked_matches_plain_and_every_drafter_stays_greedy_exact(
                           "fallback": sd.FallbackDrafter(sd.NgramDrafter(V), feature)}.items():
         got = sd.speculative_generate(target, drafter, ids, 24, gamma=2, sampling=GREEDY).tokens.tolist()
         assert got == want, name
-        got = sd.tree_speculative_generate(target, drafter, ids, 24, tree=sd.TreeBudget(3, 3, 8),
-                                           sampling=GREEDY).tokens.tolist()
+        got = sd.speculative_generate(target, drafter, ids, 24, tree=sd.TreeBudget(3, 3, 8),
+                                      sampling=GREEDY).tokens.tolist()
         assert got == want, f"{name} (dynamic tree)"
