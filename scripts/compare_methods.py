@@ -32,7 +32,7 @@ N = int(sys.argv[2]) if len(sys.argv) > 2 else 64
 n_prompts = int(sys.argv[3]) if len(sys.argv) > 3 else 4
 torch.set_num_threads(threads)
 target, tok = sd.load_offline_target(dtype=sd.models.default_dtype(torch.device("cpu")))
-plain_copy = sd.kernels.unpack(copy.deepcopy(target))
+plain_copy = sd.models.kernels.unpack(copy.deepcopy(target))
 lm = offline_draft.load(target)
 sd.prepack_for_cpu(lm)
 head = sd.prepack_for_cpu(feature_draft.load(target))
