@@ -362,9 +362,10 @@ def verify_tree(tree: Tree, node_tokens: torch.Tensor, target_probs: torch.Tenso
     Exact, because each try emits min(p, q) and passes on the rest, which by induction is distributed as
     residual(p, q): the sum is p. With point masses, child i is emitted with probability p(x_i), and any
     other token x with probability (1 - sum_i p(x_i)) * p(x) / (1 - sum_i p(x_i)) = p(x).
-    Greedy is this walk on one-hot rows: x is accepted exactly when it is the target's argmax. A separate
-    greedy walk measured no faster (removing a token the target gives probability 0 is skipped: it leaves p
-    as it is), so there is none.
+    Greedy is this walk on one-hot rows: x is accepted exactly when it is the target's argmax. There is no
+    separate greedy walk, because it measured slower: removing a token the target gives probability 0 is
+    skipped (it leaves p as it is), so no step is vocabulary-wide, while an argmax walk reads every row
+    (108 µs against 174 µs on a 21-node tree over 49,152 tokens, one CPU thread; scripts/greedy_walk.py).
     """
     path, node = [], 0
     while True:

@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from transformers import DynamicCache
 
-from ..cache import layer_features
+from ..cache import additive_mask, layer_features
 from ..drafters import FeatureDrafter
 from ..generate import speculative_generate
 from ..models.kernels import prepack_for_cpu
@@ -336,7 +336,7 @@ def ttt_mask(n: int, step: int, dtype: torch.dtype) -> torch.Tensor:  # -> [1, 1
     j = torch.arange(n)[None, :]
     blocks = [j <= i - step] + [j == i - step + r for r in range(1, step + 1)]
     allowed = torch.cat(blocks, dim=1)  # [n, (step + 1) n]
-    return torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)[None, None]
+    return additive_mask(allowed, dtype)[None, None]
 
 
 def ttt_features(head, h_in: torch.Tensor, x_next: torch.Tensor, steps: int) -> list[torch.Tensor]:
