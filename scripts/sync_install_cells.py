@@ -24,8 +24,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from specdec_ref.chapters.notebook import COLAB_METADATA, install_args  # noqa: E402
 
-# what `pip install git+...@commit` builds from
-PACKAGE = ("specdec_ref", "pyproject.toml", "requirements.txt")
+# what `pip install git+...@commit` builds from; the feature head's training corpus lives in the tree but is
+# not packaged (pyproject.toml ships only the weights), so new corpus shards need no new pin
+PACKAGE = ("specdec_ref", "pyproject.toml", "requirements.txt", ":(exclude)specdec_ref/distill/corpus")
 INSTALL_LINE = re.compile(r'(!pip -q install )"specdec_ref @ git\+([^"@]*)(?:@([^"]*))?"'
                           r'(?: "transformers[^"]*")?')
 
@@ -94,7 +95,7 @@ def sync(path: Path, commit: str) -> bool:
 def main(argv: list[str] | None = None) -> int:
     paths = [Path(p) for p in (argv if argv is not None else sys.argv[1:])] or chapters()
     commit = package_commit()
-    print(f"pinning {commit[:12]}, the last commit that changed {', '.join(PACKAGE)}")
+    print(f"pinning {commit[:12]}, the last commit that changed {', '.join(PACKAGE[:3])}")
     for path in paths:
         print(f"{path.name}: {'updated' if sync(path, commit) else 'already up to date'}")
     return 0
