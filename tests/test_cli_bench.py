@@ -16,9 +16,17 @@ def _run(*args):
 
 
 def test_cli_generates_and_reports_acceptance_and_speed():
-    out = _run("--max-new-tokens", "6", "--prompt", "Say hello.", "--threads", "2")
+    out = _run("--max-new-tokens", "6", "--prompt", "Say hello.", "--threads", "2", "--gamma", "2")
     assert out.returncode == 0, out.stderr
     assert "acceptance rate" in out.stdout and "tokens/s" in out.stdout and "speedup" in out.stdout
+    assert "chain of γ = 2" in out.stdout  # an explicit --gamma overrides the chosen default
+
+
+def test_cli_runs_and_names_the_default_method_chosen_on_this_machine():
+    out = _run("--max-new-tokens", "6", "--prompt", "Say hello.", "--threads", "2")
+    assert out.returncode == 0, out.stderr
+    assert "default method:" in out.stderr and "override" in out.stderr  # the choice and how to change it
+    assert "method: " in out.stdout and "τ =" in out.stdout and "speedup" in out.stdout
     line = next(s for s in out.stdout.splitlines() if s.startswith("greedy outputs identical: "))
     assert line.endswith(": yes") or ("logit gap" in line and " vs " in line and "]" in line), line
 

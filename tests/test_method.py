@@ -95,6 +95,6 @@ def test_default_methods_reads_quality_calibrates_and_can_be_switched_off(pair, 
     assert mm.default_methods(target, drafter, Tok(), quality) is None
     quality.write_text(json.dumps({"tau": {"greedy": TAUS, "T=1": TAUS}}))
     chosen = mm.default_methods(target, drafter, Tok(), quality)
-    assert set(chosen) == {"greedy", "sampled"} and "default method:" in capsys.readouterr().out
+    assert set(chosen) == {"greedy", "sampled"} and "default method:" in capsys.readouterr().err
     monkeypatch.setenv("SPECDEC_CALIBRATE", "0")
     assert mm.default_methods(target, drafter, Tok(), quality) is None

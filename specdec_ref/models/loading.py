@@ -98,7 +98,7 @@ def load_offline_pair(device: torch.device | str | None = None, dtype: torch.dty
     ordinary Hugging Face model, so `generate(assistant_model=...)` can use it too). prepack: as in
     `load_offline_target`; the draft follows the target. choose_method: give the feature drafter the
     chain or tree with the best predicted speedup on this machine, greedy and sampled separately
-    (`models.method`: a few seconds' calibration the first time, cached; SPECDEC_CALIBRATE=0 skips it and
+    (`models.method`: 10-20 s of calibration the first time, cached; SPECDEC_CALIBRATE=0 skips it and
     keeps a chain of γ = 2); the choice and how to override it are printed.
     """
     from . import feature_draft, offline_draft  # the trained drafts (their weights ship with the package)

@@ -5,7 +5,7 @@ Two inputs meet in one cost model:
 * the draft's **recorded quality**: τ, the tokens one target pass keeps, for every candidate method, greedy
   and at T = 1, measured once on held-out prompts and shipped beside the weights (`quality.json`, with the
   head's coverage@k per depth and α per draft position, written by `scripts/record_head_quality.py`);
-* this machine's **costs**, calibrated in a few seconds (`calibrate`) and cached on disk per machine, dtype,
+* this machine's **costs**, calibrated in 10-20 seconds (`calibrate`) and cached on disk per machine, dtype,
   model and package version: t(k)/t(1) for the target, and the loop's cost per draft pass, per extra draft row
   and per iteration, fitted on the iterations of several methods at once.
 
@@ -25,7 +25,7 @@ import json
 import os
 import platform
 import statistics
-import time
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -110,7 +110,7 @@ def choose(taus: dict[str, float], costs: Costs, sampled: bool) -> tuple[Method,
 
 
 # ---------------------------------------------------------------------------------------------
-# Calibration: a few seconds on this machine, cached
+# Calibration: 10-20 seconds on this machine, cached
 # ---------------------------------------------------------------------------------------------
 
 def machine_key(target, drafter) -> str:
@@ -171,23 +171,37 @@ def _iterations(target, drafter, ids, method: Method, sampled: bool, n: int) -> 
     return out
 
 
-@torch.inference_mode()
-def calibrate(target, drafter, ids: torch.Tensor, n_tokens: int = 24) -> Costs:  # ids [1, T]
-    """Measure this machine's `Costs` for target and drafter on one prompt (a few seconds)."""
-    device = ids.device
-    autoregressive_generate(target, ids, 4)  # warm up
+def plain_step_seconds(target, ids: torch.Tensor, n_tokens: int) -> float:  # ids [1, T]
+    """Seconds per token of the plain decoding loop: two runs, n and n/2 tokens, so the prefill cancels."""
     times = []
     for n in (n_tokens // 2, n_tokens):
-        t0 = time.perf_counter()
+        t0 = start_timer(ids.device)
         autoregressive_generate(target, ids, n)
-        times.append(seconds_since(t0, device))
-    step = max((times[1] - times[0]) / (n_tokens - n_tokens // 2), 1e-6)  # s₁, the prefill cancelled out
+        times.append(seconds_since(t0, ids.device))
+    return max((times[1] - times[0]) / (n_tokens - n_tokens // 2), 1e-9)
+
+
+@torch.inference_mode()
+def calibrate(target, drafter, ids: torch.Tensor, n_tokens: int = 16) -> Costs:  # ids [1, T]
+    """Measure this machine's `Costs` for target and drafter on one prompt (about 10-20 s on a 2-core CPU).
+
+    Every number is a ratio of neighbouring timings, so a machine whose speed drifts with other work still
+    gets sound costs: t(k)/t(1) from interleaved passes (`pass_seconds`), and each method's iterations over
+    the plain loop's step timed right before and right after them.
+    """
+    autoregressive_generate(target, ids, 4)  # warm up
     ks = sorted({1, 2, 3, 4, 5, 6, 8, 10, 13, 17})
-    verify = {k: t / step for k, t in pass_seconds(target, ks, ids.shape[1] + n_tokens // 2).items()}
-    rows, y = [], []
+    t = pass_seconds(target, ks, ids.shape[1] + n_tokens // 2, repeats=5)
+    # t(k)/t(1), the plain loop's step being t(1) plus a little; more rows never cost less than fewer, so a
+    # ratio below an earlier one is load noise (kept at the earlier one: a conservative price)
+    verify = dict(zip(ks, np.maximum.accumulate([max(t[k] / t[1], 1.0) for k in ks]).tolist()))
+    rows, y, steps = [], [], [plain_step_seconds(target, ids, n_tokens)]
     for method, sampled in CALIBRATION:
+        its = _iterations(target, drafter, ids, method, sampled, n_tokens)
+        steps.append(plain_step_seconds(target, ids, n_tokens))
+        step = (steps[-2] + steps[-1]) / 2  # the unit for this method: the plain loop's step around it
         kept = 1.0
-        for s, dt, passes in _iterations(target, drafter, ids, method, sampled, n_tokens):
+        for s, dt, passes in its:
             r = (s.tree.size if s.tree is not None else s.n_drafted) + 1  # rows the target scored
             extra = (passes - 1) * (method.topk if isinstance(method, TreeBudget) else 1) if passes else 0
             drafted_rows = (kept if passes else 0) + extra
@@ -196,7 +210,7 @@ def calibrate(target, drafter, ids: torch.Tensor, n_tokens: int = 24) -> Costs: 
             kept = s.n_accepted + 1.0
     coef = np.linalg.lstsq(np.array(rows), np.array(y), rcond=None)[0] if rows else np.zeros(4)
     c_pass, c_row, h0, h_s = (max(float(x), 0.0) for x in coef)
-    return Costs(verify, c_pass, c_row, h0, h_s, step, machine_key(target, drafter))
+    return Costs(verify, c_pass, c_row, h0, h_s, statistics.median(steps), machine_key(target, drafter))
 
 
 def cache_path(key: str) -> Path:
@@ -258,5 +272,5 @@ def default_methods(target, drafter, tokenizer, quality_path: Path) -> dict | No
     from .loading import encode_chat
     ids = encode_chat(tokenizer, CALIBRATION_PROMPT, next(target.parameters()).device)
     choice = choose_defaults(target, drafter, json.loads(quality_path.read_text()), ids)
-    print(choice.summary(), flush=True)
+    print(choice.summary(), file=sys.stderr, flush=True)
     return {"greedy": choice.greedy, "sampled": choice.sampled}
