@@ -44,7 +44,8 @@ def verify_tree_siblings_against_original_target(tree, node_tokens, target_probs
     """Bug: every sibling is judged against the original target_probs, never against the residual."""
     path, node = [], 0
     while True:
-        p, q = target_probs[node], draft_probs[node]
+        p = target_probs[node]
+        q = draft_probs[node] if draft_probs is not None else None  # None: a tree with nothing drafted
         for child in tree.children(node):
             u = torch.rand((), generator=generator, device=p.device, dtype=p.dtype)
             if u * q[node_tokens[child]] < p[node_tokens[child]]:
