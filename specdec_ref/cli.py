@@ -16,8 +16,7 @@ import torch
 
 from .lab import bench
 from .lab.diagnose import greedy_divergence
-from .drafters import TreeDrafter
-from .generate import as_drafter, autoregressive_generate, speculative_generate
+from .generate import as_drafter, as_method, autoregressive_generate, speculative_generate
 from .models.kernels import kernel_path
 from .models import PAIRS, encode_chat, load_pair
 from .sampling import SamplingConfig
@@ -56,9 +55,7 @@ def _load(args):
             print(f"WARNING: {w.message}", file=sys.stderr)
     drafter = as_drafter(draft)
     if not args.gamma:  # the drafter's default for this sampling (chosen by measurement for the feature head)
-        sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
-        default = (drafter.default_method(sampling) if isinstance(drafter, TreeDrafter)
-                   else drafter.default_gamma)
+        default = as_method(drafter, None, None, SamplingConfig(args.temperature, args.top_k, args.top_p))
         args.gamma, args.tree = ((default, None) if isinstance(default, int)
                                  else (drafter.default_gamma, default))
     print(f"target {str(target.dtype).removeprefix('torch.')} on {next(target.parameters()).device}, "

@@ -16,12 +16,10 @@ from dataclasses import asdict, dataclass
 import torch
 
 from ..models import encode_chat
-from ..cache import CachedModel
 from ..device import seconds_since, start_timer
-from .timing import time_fn
 from ..drafters import TreeDrafter
 from ..generate import Generation, Stats, as_drafter, autoregressive_generate, speculative_generate
-from ..models.method import method_name
+from ..models.method import draft_pass_seconds, method_name
 from ..tree import TreeBudget
 from ..sampling import SamplingConfig
 from .hf import ASSISTANT_SETTINGS, assistant_settings, constant_gamma
@@ -97,25 +95,8 @@ class Row:
 @torch.inference_mode()
 def draft_step_seconds(target, draft, input_ids: torch.Tensor, repeats: int = 20) -> float:
     """Median time of one draft step (proposing one token after the prompt), for any drafter or draft
-    model."""
-    drafter, tokens = as_drafter(draft), input_ids[0]
-    drafter.sync(0)
-    hidden = None
-    if drafter.wants_target_hidden:  # a feature drafter needs the target's features first
-        lm = CachedModel(target, keep_hidden=drafter.wants_target_hidden)
-        lm.logits(tokens)
-        hidden = lm.hidden[:-1]  # [T-1, d]
-    drafter.sync(tokens.shape[0] - 1, hidden)
-    drafter.propose(tokens, 1, SamplingConfig(temperature=0))  # prefill, untimed
-
-    def step():
-        drafter.propose(tokens, 1, SamplingConfig(temperature=0))
-
-    # setup forgets the last token: one step each
-    timing = time_fn(step, input_ids.device, warmup=2, repeats=repeats,
-                     setup=lambda: drafter.sync(tokens.shape[0] - 1, hidden))
-    drafter.sync(0)
-    return timing.median
+    model: `models.method.draft_pass_seconds`, which the default-method calibration uses too."""
+    return draft_pass_seconds(target, as_drafter(draft), input_ids, repeats)
 
 
 def cost_ratio(target, draft, input_ids: torch.Tensor, repeats: int = 20, rounds: int = 4) -> float:

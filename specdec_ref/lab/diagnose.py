@@ -11,17 +11,15 @@ real speedup at the recommended γ, so the prediction is checked on the spot.
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
 from ..cache import CachedModel, vocab_size
-from ..device import synchronize
 from ..drafters import FeatureDrafter, TreeDrafter, empty_proposal
-from ..generate import Step, as_drafter, autoregressive_generate, speculative_generate
+from ..generate import as_drafter, autoregressive_generate, speculative_generate
 from ..models.kernels import kernel_path
-from ..models.method import CANDIDATES, calibrate, choose, method_name
+from ..models.method import CANDIDATES, calibrate, choose, method_name, timed_steps
 from ..sampling import SamplingConfig
 from .bench import Row, cost_ratio, run_interleaved
 from .compare import target_answers
@@ -106,23 +104,6 @@ def position_acceptance(accepted: list[int], drafted: list[int]) -> tuple[list[i
     return acc, exam
 
 
-def timed_steps(target, drafter, ids: torch.Tensor, max_new_tokens: int, gamma: int, sampling: SamplingConfig,
-                generator: torch.Generator, eos_token_id=None) -> list[tuple[Step, float]]:
-    """One speculative generation; every iteration with the seconds since the previous one ended."""
-    out, last = [], [None]
-
-    def on_step(step: Step) -> None:
-        synchronize(ids.device)
-        now = time.perf_counter()
-        # the first includes the prefill
-        out.append((step, float("nan") if last[0] is None else now - last[0]))
-        last[0] = now
-
-    speculative_generate(target, drafter, ids, max_new_tokens, gamma=gamma, sampling=sampling,
-                         generator=generator, eos_token_id=eos_token_id, on_step=on_step)
-    return out
-
-
 class NoDraft:
     """A drafter that proposes nothing: each iteration is one plain target step, timed by the same loop."""
     default_gamma, wants_target_hidden, calls, n_cached = 1, False, 0, 0
@@ -168,18 +149,19 @@ def measure(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8,
     g = torch.Generator(device=encoded[0].device).manual_seed(seed)
     steps, overheads = [], []
     def plain_step(ids) -> float:  # seconds per step of the loop with an empty draft, prefill excluded
-        dts = [dt for _, dt in timed_steps(target, NoDraft(vocab_size(target)), ids, max_new_tokens, 1,
-                                           sampling, g, eos_token_id)]
+        dts = [dt for _, dt, _ in timed_steps(target, NoDraft(vocab_size(target)), ids, max_new_tokens,
+                                              dict(gamma=1), sampling, g, eos_token_id)]
         return statistics.median(dts[1:] or dts)
 
     for ids in encoded:  # plain, speculative, plain: the two plain runs bracket the one they are the unit of
         before = plain_step(ids)
-        spec = timed_steps(target, as_drafter(draft), ids, max_new_tokens, gamma, sampling, g, eos_token_id)
+        spec = timed_steps(target, as_drafter(draft), ids, max_new_tokens, dict(gamma=gamma), sampling, g,
+                           eos_token_id)
         step_loop = (before + plain_step(ids)) / 2
-        for s, dt in spec[1:]:  # the first iteration includes the prefill
+        for s, dt, _ in spec[1:]:  # the first iteration includes the prefill
             d = s.draft_tokens.shape[0]
             overheads.append(dt / step_loop - d * c - verify_cost[d])
-        steps += [s for s, _ in spec]
+        steps += [s for s, _, _ in spec]
     accepted, drafted = [s.n_accepted for s in steps], [s.draft_tokens.shape[0] for s in steps]
     acc, exam = position_acceptance(accepted, drafted)
     return Measurements(alpha=sum(acc) / sum(exam) if sum(exam) else float("nan"), c=c,

@@ -34,7 +34,7 @@ import torch
 
 from ..cache import CachedModel
 from ..device import seconds_since, start_timer
-from ..generate import Step, autoregressive_generate, speculative_generate
+from ..generate import Step, autoregressive_generate, rows_per_pass, speculative_generate
 from ..sampling import SamplingConfig
 from ..tree import TreeBudget
 
@@ -63,7 +63,7 @@ def parse_method(name: str) -> Method:
 
 def target_rows(method: Method) -> int:
     """Rows the target scores per iteration: the newest token and the drafted ones."""
-    return (method.n_nodes if isinstance(method, TreeBudget) else method) + 1
+    return rows_per_pass(method) + 1
 
 
 def draft_rows(method: Method, tau: float) -> list[float]:
@@ -153,22 +153,43 @@ def pass_seconds(model, ks: list[int], context_len: int, repeats: int = 3) -> di
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def _iterations(target, drafter, ids, method: Method, sampled: bool, n: int) -> list[tuple[Step, float, int]]:
-    """(step, seconds since the previous iteration ended, draft passes in it) for every iteration but the
-    first."""
+def timed_steps(target, drafter, ids: torch.Tensor, max_new_tokens: int, how: dict, sampling: SamplingConfig,
+                generator: torch.Generator | None, eos_token_id=None) -> list[tuple[Step, float, int]]:
+    """One speculative generation (how: dict(gamma=γ) or dict(tree=...)); every iteration with the seconds
+    since the previous one ended (nan for the first, which includes the prefill) and the draft passes it
+    made."""
     out, last = [], [None, drafter.calls]
-    device = ids.device
 
     def on_step(step: Step) -> None:
-        now = seconds_since(0.0, device)  # synchronises, then perf_counter
-        if last[0] is not None:
-            out.append((step, now - last[0], drafter.calls - last[1]))
+        now = seconds_since(0.0, ids.device)  # synchronises, then perf_counter
+        out.append((step, float("nan") if last[0] is None else now - last[0], drafter.calls - last[1]))
         last[0], last[1] = now, drafter.calls
 
-    how = dict(tree=method) if isinstance(method, TreeBudget) else dict(gamma=method)
-    speculative_generate(target, drafter, ids, n, **how, sampling=SamplingConfig(1.0 if sampled else 0.0),
-                         generator=torch.Generator(device=device).manual_seed(0), on_step=on_step)
+    speculative_generate(target, drafter, ids, max_new_tokens, **how, sampling=sampling, generator=generator,
+                         eos_token_id=eos_token_id, on_step=on_step)
     return out
+
+
+def draft_pass_seconds(target, drafter, ids: torch.Tensor, repeats: int = 5) -> float:  # ids [1, T]
+    """Median seconds of one one-row draft pass after the prompt (proposing one token, the draft's cache
+    warm), for any drafter: a feature drafter first gets the target's features of the prompt."""
+    tokens, greedy, hidden = ids[0], SamplingConfig(0), None
+    drafter.sync(0)
+    if drafter.wants_target_hidden:
+        lm = CachedModel(target, keep_hidden=drafter.wants_target_hidden)
+        lm.logits(tokens)
+        hidden = lm.hidden[:-1]  # [T-1, d]
+    drafter.sync(tokens.shape[0] - 1, hidden)
+    drafter.propose(tokens, 1, greedy)  # fills the draft's cache with the prompt, untimed
+    times = []
+    for r in range(repeats + 2):  # two warm-up rounds
+        drafter.sync(tokens.shape[0] - 1, hidden)  # forget the last token: each round is a one-row pass
+        t0 = start_timer(ids.device)
+        drafter.propose(tokens, 1, greedy)
+        if r >= 2:
+            times.append(seconds_since(t0, ids.device))
+    drafter.sync(0)
+    return statistics.median(times)
 
 
 def plain_step_seconds(target, ids: torch.Tensor, n_tokens: int) -> float:  # ids [1, T]
@@ -195,9 +216,15 @@ def calibrate(target, drafter, ids: torch.Tensor, n_tokens: int = 16) -> Costs: 
     # t(k)/t(1), the plain loop's step being t(1) plus a little; more rows never cost less than fewer, so a
     # ratio below an earlier one is load noise (kept at the earlier one: a conservative price)
     verify = dict(zip(ks, np.maximum.accumulate([max(t[k] / t[1], 1.0) for k in ks]).tolist()))
+    # c₁ measured directly (a fit cannot tell a draft pass from the rows it adds), against t(1) around it
+    draft_s = draft_pass_seconds(target, drafter, ids)
+    t1 = (t[1] + pass_seconds(target, [1], ids.shape[1] + n_tokens // 2, repeats=5)[1]) / 2
+    c_pass = draft_s / t1
     rows, y, steps = [], [], [plain_step_seconds(target, ids, n_tokens)]
     for method, sampled in CALIBRATION:
-        its = _iterations(target, drafter, ids, method, sampled, n_tokens)
+        how = dict(tree=method) if isinstance(method, TreeBudget) else dict(gamma=method)
+        its = timed_steps(target, drafter, ids, n_tokens, how, SamplingConfig(1.0 if sampled else 0.0),
+                          torch.Generator(device=ids.device).manual_seed(0))[1:]
         steps.append(plain_step_seconds(target, ids, n_tokens))
         step = (steps[-2] + steps[-1]) / 2  # the unit for this method: the plain loop's step around it
         kept = 1.0
@@ -205,11 +232,11 @@ def calibrate(target, drafter, ids: torch.Tensor, n_tokens: int = 16) -> Costs: 
             r = (s.tree.size if s.tree is not None else s.n_drafted) + 1  # rows the target scored
             extra = (passes - 1) * (method.topk if isinstance(method, TreeBudget) else 1) if passes else 0
             drafted_rows = (kept if passes else 0) + extra
-            rows.append([passes, max(drafted_rows - passes, 0.0), 1.0, float(sampled)])
-            y.append(dt / step - float(np.interp(r, ks, [verify[k] for k in ks])))
+            rows.append([max(drafted_rows - passes, 0.0), 1.0, float(sampled)])
+            y.append(dt / step - float(np.interp(r, ks, [verify[k] for k in ks])) - passes * c_pass)
             kept = s.n_accepted + 1.0
-    coef = np.linalg.lstsq(np.array(rows), np.array(y), rcond=None)[0] if rows else np.zeros(4)
-    c_pass, c_row, h0, h_s = (max(float(x), 0.0) for x in coef)
+    coef = np.linalg.lstsq(np.array(rows), np.array(y), rcond=None)[0] if rows else np.zeros(3)
+    c_row, h0, h_s = (max(float(x), 0.0) for x in coef)
     return Costs(verify, c_pass, c_row, h0, h_s, statistics.median(steps), machine_key(target, drafter))
 
 
@@ -222,8 +249,8 @@ def calibrated_costs(target, drafter, ids: torch.Tensor, *, refresh: bool = Fals
     """`calibrate` once per machine_key; later calls read the cached costs (SPECDEC_CACHE moves the cache)."""
     path = cache_path(machine_key(target, drafter))
     if path.exists() and not refresh:
-        return Costs(**{**json.loads(path.read_text()), "verify": {int(k): v for k, v in
-                                                                 json.loads(path.read_text())["verify"].items()}})
+        saved = json.loads(path.read_text())
+        return Costs(**{**saved, "verify": {int(k): v for k, v in saved["verify"].items()}})
     costs = calibrate(target, drafter, ids)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(asdict(costs), indent=1))

@@ -10,7 +10,7 @@ from typing import Callable
 
 import torch
 
-from ...drafters import Drafter
+from ...drafters import Drafter, missing_members
 from ...lab.speedup import best_gamma, predicted_speedup
 from ...lab.stats import SIGNIFICANCE, chi_square_gof, speculative_sequence_counts
 from ...sampling import SamplingConfig
@@ -101,9 +101,7 @@ def check_drafter(make_drafter: Callable[[int], Drafter], n: int = 1500, seed: i
     if not attempted(make_drafter, 8):
         return
     drafter = make_drafter(8)
-    missing = [m for m in ("vocab_size", "default_gamma", "wants_target_hidden", "calls", "n_cached",
-                           "propose", "sync")
-               if not hasattr(drafter, m)]
+    missing = missing_members(drafter)  # the members the loop uses (drafters.DRAFTER_MEMBERS)
     assert not missing and isinstance(drafter, Drafter), (
         f"a drafter implements the sd.Drafter protocol; yours lacks {', '.join(missing)}")
     drafted = _greedy_equal(make_drafter)
