@@ -10,6 +10,8 @@ It serves the built book on localhost, opens every page in headless Chromium (it
   * math left as raw \\( \\) source, or math that MathJax did not turn into <mjx-container>;
   * fewer figures on a chapter page than its executed notebook has figure outputs;
   * a widget cell without a static figure within three code cells of it (STYLE.md 16).
+With --launch-only it runs no browser and checks only that every chapter's Colab button opens the chapter's
+student copy (book/students/) and that the site publishes the student copies (students/<chapter>.ipynb).
 The figure checks read the executed notebooks in the build's source folder (--source, by default the
 folder that holds _build). A notebook without any outputs was not executed: its figure checks are
 skipped, with a note. A screenshot of every page goes to --screenshots.
@@ -288,6 +290,26 @@ def check_page(rel: str, path: Path, run: subprocess.CompletedProcess, requests,
     return problems
 
 
+COLAB_HREF = re.compile(r'href="(https://colab\.research\.google\.com/[^"]+)"')
+
+
+def check_launch_buttons(root: Path, chapters: list[str]) -> list[str]:
+    """Problems with the chapters' Colab buttons and the published student copies (no browser needed)."""
+    problems = []
+    for name in chapters:  # e.g. "book/03_exact"
+        page = root / f"{name}.html"
+        if not page.exists():
+            problems.append(f"{name}: no page {page.name}")
+            continue
+        hrefs = COLAB_HREF.findall(page.read_text())
+        student = f"/blob/main/{Path(name).parent}/students/{Path(name).name}.ipynb"
+        if not any(h.endswith(student) for h in hrefs):
+            problems.append(f"{name}: no Colab link to its student copy (*{student}); found {hrefs}")
+        if not (root / "students" / f"{Path(name).name}.ipynb").exists():
+            problems.append(f"{name}: the site does not publish students/{Path(name).name}.ipynb")
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("html", type=Path, help="the built book, e.g. _build/html")
@@ -296,10 +318,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--screenshots", type=Path,
                         help="where the screenshots go (default: HTML/../screenshots)")
     parser.add_argument("--chromium", default="/usr/bin/chromium", help="the Chromium binary")
+    parser.add_argument("--launch-only", action="store_true",
+                        help="only check the Colab buttons and the published student copies (no browser)")
     args = parser.parse_args(argv)
     root = args.html.resolve()
     if not (root / "index.html").exists():
         parser.error(f"{root} has no index.html: build the book first (jupyter-book build .)")
+    if args.launch_only:
+        source = (args.source or root.parent.parent).resolve()
+        notebooks = sorted((source / "book").glob("*.ipynb"))
+        chapters = [str(p.relative_to(source).with_suffix("")) for p in notebooks]
+        problems = check_launch_buttons(root, chapters)
+        if problems:
+            print(f"{len(problems)} problems:", *problems, sep="\n  ")
+            return 1
+        print(f"{len(chapters)} Colab buttons open their student copies, published in students/")
+        return 0
     if not Path(args.chromium).exists():
         parser.error(f"no Chromium at {args.chromium}: install it with `apt-get install -y chromium`")
     source = (args.source or root.parent.parent).resolve()

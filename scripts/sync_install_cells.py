@@ -1,5 +1,5 @@
 """Pin every chapter's Colab install cell to the commit that last changed the package; mark it for a GPU
-runtime.
+runtime; link it to its student copy, and write the student copies.
 
     python scripts/sync_install_cells.py [NOTEBOOK ...]     (default: the chapters listed in _toc.yml)
 
@@ -10,6 +10,11 @@ is the last one that changed what pip builds (PACKAGE below); the notebooks live
 new pin leaves the package as it was. After changing the package: commit it, run this script, commit the
 notebooks. tests/test_colab.py fails until the pinned package equals the package at HEAD.
 REPO_URL and the Colab metadata live in specdec_ref/chapters/notebook.py. Outputs are left alone.
+
+Each chapter's first Markdown cell gets one line under its title, a link that opens the chapter's student copy
+in Colab, and the student copies (scripts/make_student_notebooks.py: no solutions, no outputs, QUICK = True)
+are rewritten in book/students/, where the book's Colab buttons point too (book/_ext/student_copies.py).
+tests/test_student_notebooks.py fails while a student copy differs from what this script would write.
 """
 from __future__ import annotations
 
@@ -22,7 +27,10 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from specdec_ref.chapters.notebook import COLAB_METADATA, install_args  # noqa: E402
+sys.path.insert(0, str(ROOT / "scripts"))
+from make_student_notebooks import student_copy  # noqa: E402
+
+from specdec_ref.chapters.notebook import COLAB_METADATA, REPO_URL, install_args  # noqa: E402
 
 # what `pip install git+...@commit` builds from; the feature head's training corpus lives in the tree but is
 # not packaged (pyproject.toml ships only the weights), so new corpus shards need no new pin
@@ -78,17 +86,72 @@ def pinned_commit(nb) -> str | None:
     return INSTALL_LINE.search(install_cell(nb).source).group(3)
 
 
+STUDENT_DIR = "students"  # book/students/<chapter>.ipynb
+COLAB_LINK = re.compile(r"^\[Open the student copy in Colab\]\(.*$\n?", re.M)
+
+
+def student_colab_url(name: str, branch: str = "main") -> str:
+    """Where Colab opens the student copy of the chapter `name` (e.g. "03_exact.ipynb")."""
+    owner_repo = REPO_URL.removeprefix("https://github.com/")
+    return f"https://colab.research.google.com/github/{owner_repo}/blob/{branch}/book/{STUDENT_DIR}/{name}"
+
+
+def colab_link(name: str) -> str:
+    """The line under a chapter's title that opens its student copy."""
+    return (f"[Open the student copy in Colab]({student_colab_url(name)}) (no solutions, quick mode on; "
+            "in this page the solutions stay folded)\n")
+
+
+def with_colab_link(source: str, name: str) -> str:
+    """A Markdown cell's text with the Colab line right after its first heading (replacing an old one)."""
+    lines = COLAB_LINK.sub("", source).splitlines(keepends=True)
+    at = next((i + 1 for i, line in enumerate(lines) if line.startswith("#")), 0)
+    head, rest = "".join(lines[:at]), "".join(lines[at:]).lstrip("\n")
+    if head and not head.endswith("\n"):
+        head += "\n"
+    return head + "\n" + colab_link(name) + ("\n" + rest if rest else "")
+
+
 def sync(path: Path, commit: str) -> bool:
-    """Rewrite path's install line and Colab metadata; True if anything changed."""
+    """Rewrite path's install line, Colab metadata and Colab link; True if anything changed."""
     nb = nbformat.read(path, as_version=4)
     cell = install_cell(nb)
     source = INSTALL_LINE.sub(lambda m: m.group(1) + install_args(commit), cell.source)
     metadata = {**nb.metadata, **COLAB_METADATA}
-    if source == cell.source and metadata == dict(nb.metadata):
+    title = next((c for c in nb.cells if c.cell_type == "markdown"), None)
+    linked = title.source if title is None else with_colab_link(title.source, path.name)
+    if source == cell.source and metadata == dict(nb.metadata) and (title is None or linked == title.source):
         return False
     cell.source = source
     nb.metadata.update(COLAB_METADATA)
+    if title is not None:
+        title.source = linked
     nbformat.write(nb, path)
+    return True
+
+
+def student_path(path: Path) -> Path:
+    """Where a chapter's student copy lives: book/students/<chapter>."""
+    return path.parent / STUDENT_DIR / path.name
+
+
+def student_text(path: Path) -> str:
+    """The student copy of the chapter at `path`, as the file's text."""
+    student = student_copy(nbformat.read(path, as_version=4))
+    for cell in student.cells:  # the student copy does not link to itself
+        if cell.cell_type == "markdown":
+            cell.source = COLAB_LINK.sub("", cell.source).replace("\n\n\n", "\n\n")
+    nbformat.validate(student)
+    return nbformat.writes(student) + "\n"
+
+
+def write_student_copy(path: Path) -> bool:
+    """Write book/students/<chapter> from the chapter; True if it changed."""
+    out, text = student_path(path), student_text(path)
+    if out.exists() and out.read_text() == text:
+        return False
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(text)
     return True
 
 
@@ -97,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     commit = package_commit()
     print(f"pinning {commit[:12]}, the last commit that changed {', '.join(PACKAGE[:3])}")
     for path in paths:
-        print(f"{path.name}: {'updated' if sync(path, commit) else 'already up to date'}")
+        print(f"{path.name}: {'updated' if sync(path, commit) else 'already up to date'}; student copy "
+              f"{'rewritten' if write_student_copy(path) else 'up to date'}")
     return 0
 
 

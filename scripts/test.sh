@@ -10,7 +10,7 @@ export SPECDEC_QUICK=${SPECDEC_QUICK:-1} HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 start=$(date +%s)
 
 echo "== lint: ruff (pyflakes, pycodestyle, lines <= 110) and the import layers (lint-imports, pyproject.toml)"
-ruff check specdec_ref tests scripts
+ruff check specdec_ref tests scripts book/_ext
 lint-imports
 
 echo "== unit and statistical tests"
@@ -62,6 +62,7 @@ sed -i.orig 's/^  execute_notebooks: .*/  execute_notebooks: "off"/' "$scratch/_
 rm "$scratch/_config.yml.orig"
 jupyter-book build "$scratch" -W -n --keep-going
 rm -rf _build && cp -r "$scratch/_build" _build
+python scripts/check_book.py _build/html --source "$scratch" --launch-only  # Colab opens the student copies
 echo "book written to _build/html/index.html"
 if [ -x /usr/bin/chromium ]; then  # the rendered pages in a real browser (apt-get install -y chromium)
   echo "== the rendered book in headless Chromium (images, links, math, figures, widgets)"

@@ -333,3 +333,67 @@ def test_student_copy_runs_in_quick_mode_whatever_the_environment(students, chap
               if isinstance(stmt, ast.Assign)
               and any(getattr(t, "id", None) == "QUICK" for t in stmt.targets)]
     assert values == ["True"]
+
+
+# ----------------------------------------------------------------------------------------------
+# The committed student copies (book/students/), and the links that open them
+# ----------------------------------------------------------------------------------------------
+
+def _load(name: str, path: Path):
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
+sync = _load("sync_install_cells", ROOT / "scripts" / "sync_install_cells.py")
+ext = _load("student_copies", ROOT / "book" / "_ext" / "student_copies.py")
+STALE = "the student copy is stale: run `python scripts/sync_install_cells.py` and commit book/students/"
+
+
+def test_the_committed_student_copies_are_exactly_the_chapters():
+    committed = sorted(p.name for p in (ROOT / "book" / sync.STUDENT_DIR).glob("*.ipynb"))
+    assert committed == [p.name for p in CHAPTERS], STALE
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
+def test_the_committed_student_copy_is_what_the_chapter_makes(chapter):
+    path = sync.student_path(chapter)
+    assert path.exists() and path.read_text() == sync.student_text(chapter), STALE
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
+def test_each_chapter_opens_its_student_copy_in_colab(chapter):
+    nb = nbformat.read(chapter, as_version=4)
+    title = next(c for c in nb.cells if c.cell_type == "markdown")
+    assert sync.colab_link(chapter.name) in title.source, "run `python scripts/sync_install_cells.py`"
+    student = nbformat.read(sync.student_path(chapter), as_version=4)
+    assert not any(sync.COLAB_LINK.search(c.source) for c in student.cells if c.cell_type == "markdown")
+
+
+def test_the_colab_link_is_written_once_under_the_title():
+    text = "# Chapter\n\nFirst paragraph.\n"
+    once = sync.with_colab_link(text, "01.ipynb")
+    assert once.startswith("# Chapter\n\n[Open the student copy in Colab](")
+    assert once.endswith("\n\nFirst paragraph.\n")
+    assert sync.with_colab_link(once, "01.ipynb") == once
+    assert once.count("colab.research.google.com") == 1
+
+
+def test_the_launch_button_is_pointed_at_the_student_copy():
+    url = "https://colab.research.google.com/github/o/r/blob/main/book/03_exact.ipynb"
+    assert ext.student_url(url) == url.replace("/book/", "/book/students/")
+    assert ext.student_url(ext.student_url(url)) == ext.student_url(url)
+    assert ext.student_url("https://github.com/o/r") == "https://github.com/o/r"
+    app = type("App", (), {"srcdir": str(ROOT)})()
+
+    def buttons():
+        return [{"type": "group", "buttons": [{"text": "Colab", "url": url}, {"text": "Binder", "url": url}]}]
+
+    chapter = {"header_buttons": buttons()}
+    ext.point_launch_buttons_at_student_copies(app, "book/03_exact", "page.html", chapter, None)
+    colab, binder = chapter["header_buttons"][0]["buttons"]
+    assert colab["url"].endswith("/book/students/03_exact.ipynb") and binder["url"] == url
+    page = {"header_buttons": buttons()}  # a page without a student copy keeps its link
+    ext.point_launch_buttons_at_student_copies(app, "book/notation", "page.html", page, None)
+    assert page["header_buttons"][0]["buttons"][0]["url"] == url

@@ -1,0 +1,62 @@
+"""The instructors' page is a record, not a computation: its timing verdict must match its own table,
+and every number in "What a laptop will show" must be one the README records (so the two cannot drift)."""
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = (ROOT / "book" / "instructors.md").read_text()
+README = (ROOT / "README.md").read_text()
+MARK = 3.0  # the book asks every cell for at least this headroom to the cell timeout
+
+# a decimal ("1.40"), or a whole number or range with a unit ("270 MB", "10–13%", "36–44 tokens/s")
+DECIMAL = re.compile(r"(?<![\d.])\d+\.\d+")
+WITH_UNIT = re.compile(r"(?<![\d.–])\d+(?:–\d+)?\s?(?:ms|%|MB|tokens/s)(?!\w)")
+
+
+def section(text: str, heading: str) -> str:
+    start = text.index(f"## {heading}\n")
+    end = text.find("\n## ", start + 3)
+    return text[start:end if end >= 0 else None]
+
+
+def unrecorded_numbers(text: str, record: str) -> list[str]:
+    """The numbers in `text` that `record` does not contain."""
+    return [n for n in DECIMAL.findall(text) + WITH_UNIT.findall(text) if n not in record]
+
+
+def headrooms(text: str) -> dict[str, float]:
+    """Chapter -> its slowest cell's headroom, read from the timing table."""
+    rows = re.findall(r"^\| (\d\. [^|]+?) \|[^|]*\|[^|]*\| ([\d.]+)× \|", text, flags=re.M)
+    return {name: float(h) for name, h in rows}
+
+
+def headroom_verdict(rooms: dict[str, float], mark: float = MARK) -> str:
+    short = [name for name, h in rooms.items() if h < mark]
+    if not short:
+        return "every chapter met that mark"
+    return f"{', '.join(short)} fell short of it"
+
+
+def test_every_number_on_the_laptop_sheet_is_one_the_readme_records():
+    sheet = section(PAGE, "What a laptop will show")
+    assert DECIMAL.findall(sheet), "the sheet quotes no numbers: the section was not found"
+    assert unrecorded_numbers(sheet, README) == []
+
+
+def test_the_record_check_catches_a_number_typed_afresh():
+    sheet = section(PAGE, "What a laptop will show").replace("1.40×", "1.37×")
+    assert set(unrecorded_numbers(sheet, README)) == {"1.37"}
+    assert unrecorded_numbers("a loop cost 4.5 ms, 12% of 300 MB", README) == ["4.5", "12%", "300 MB"]
+
+
+def test_the_timing_verdict_is_the_one_its_table_gives():
+    rooms = headrooms(section(PAGE, "How long each chapter takes"))
+    assert len(rooms) == 6, rooms
+    assert f"In that run {headroom_verdict(rooms)}" in PAGE
+
+
+def test_the_timing_verdict_flips_when_a_chapter_falls_short():
+    rooms = {"1. Why decoding is slow": 20.5, "3. Exact, not approximate": 4.1}
+    assert headroom_verdict(rooms) == "every chapter met that mark"
+    rooms["3. Exact, not approximate"] = 2.9
+    assert headroom_verdict(rooms) == "3. Exact, not approximate fell short of it"
