@@ -35,10 +35,14 @@ def test_checkers_report_unattempted_exercises_without_failing(capsys):
 
 def test_check_greedy_verify_accepts_correct_and_rejects_off_by_one_answers():
     ch2.check_greedy_verify(greedy_verify)
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError, match="too many"):
         ch2.check_greedy_verify(lambda d, lg: (d.shape[0], lg[-1].argmax()))  # accepts everything
+    with pytest.raises(AssertionError, match="too few"):
+        ch2.check_greedy_verify(lambda d, lg: (0, lg[0].argmax()))  # accepts nothing
     with pytest.raises(AssertionError):
         ch2.check_greedy_verify(lambda d, lg: greedy_verify(d, lg[1:].repeat(2, 1)))  # rows shifted by one
+    with pytest.raises(AssertionError, match="right number of tokens"):  # the argmax one row too late
+        ch2.check_greedy_verify(lambda d, lg: (greedy_verify(d, lg)[0], lg[-1].argmax() + 1))
 
 
 def test_check_fixed_verify_passes_the_package_verify():
@@ -70,8 +74,9 @@ def test_cache_lengths_formula_matches_the_real_loop(toy_pair):
 
 def test_check_cache_lengths():
     ch2.check_cache_lengths(100, 5, 2, (105, 102, 104, 102))
-    with pytest.raises(AssertionError, match="draft before rollback"):
+    with pytest.raises(AssertionError, match="draft before rollback: you said 105, too high") as failure:
         ch2.check_cache_lengths(100, 5, 2, (105, 102, 105, 102))
+    assert "104" not in str(failure.value)  # which way, never the right length
 
 
 def test_check_residual_passes_the_package_residual_and_restores_verify():
@@ -103,11 +108,12 @@ def test_sequence_test_used_by_check_residual_rejects_a_half_wrong_residual():
 
 def test_check_beta_and_no_residual_distribution():
     ch3.check_beta([0.5, 0.3, 0.2, 0.0], [0.25] * 4, 0.7)
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError, match="too low"):
         ch3.check_beta([0.5, 0.3, 0.2, 0.0], [0.25] * 4, 0.3)  # that is the TV, not beta
     ch3.check_no_residual_distribution(lambda p, q: torch.minimum(p, q) + (1 - torch.minimum(p, q).sum()) * p)
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError, match="too much on tokens") as failure:
         ch3.check_no_residual_distribution(lambda p, q: p)  # the distribution the bug was supposed to give
+    assert "the buggy sampler emits" not in str(failure.value)  # which tokens are off, not the answer
 
 
 @pytest.mark.parametrize("max_new_tokens,gamma", [(64, 4), (10, 4), (7, 3), (2, 4), (1, 1), (30, 1)])
@@ -122,7 +128,7 @@ def test_perfect_draft_passes_matches_the_real_loop_with_a_draft_equal_to_the_ta
 def test_check_perfect_draft_passes_accepts_13_and_rejects_the_naive_answers():
     ch2.check_perfect_draft_passes(64, 4, 13)
     for wrong in (16, 12, 64, 14):  # 64/γ, floor(64/(γ+1)), plain decoding, one pass too many
-        with pytest.raises(AssertionError, match="Hint"):
+        with pytest.raises(AssertionError, match=f"too {'low' if wrong < 13 else 'high'}. Hint"):
             ch2.check_perfect_draft_passes(64, 4, wrong)
 
 
@@ -142,7 +148,7 @@ def test_check_samples_needed_accepts_a_rough_estimate_and_rejects_a_factor_of_4
     ch3.check_samples_needed(0.01, 1.5 * truth)  # rough is fine
     with pytest.raises(AssertionError, match="ε/2"):
         ch3.check_samples_needed(0.01, 4 * truth)  # forgot the /2
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError, match="too low"):
         ch3.check_samples_needed(0.01, truth / 10)
 
 

@@ -19,9 +19,12 @@ def test_check_winner_accepts_the_best_draft_and_gamma(capsys):
     assert "Correct" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("answer", [("big LM draft", 3), ("feature head", 4), ("tiny LM draft", 4)])
-def test_check_winner_rejects_wrong_answers(answer):
-    with pytest.raises(AssertionError):
+@pytest.mark.parametrize("answer, hint", [(("big LM draft", 3), "another draft goes faster"),
+                                          (("feature head", 4), "a longer draft does better"),
+                                          (("feature head", 7), "a shorter draft does better"),
+                                          (("tiny LM draft", 4), "another draft goes faster")])
+def test_check_winner_rejects_wrong_answers(answer, hint):
+    with pytest.raises(AssertionError, match=hint):
         ch5.check_winner(answer)
 
 
@@ -110,5 +113,7 @@ def test_check_lookup_prediction_rejects_the_textbook_formula_and_a_wrong_number
     a, k, c, g = LOOKUP.values()
     with pytest.raises(AssertionError, match="textbook prediction"):
         ch5.check_lookup_prediction(predicted_speedup(a, g, c), **LOOKUP)
-    with pytest.raises(AssertionError, match="expected"):
+    with pytest.raises(AssertionError, match="2.500× is too high. Hint"):  # which way, never the answer
         ch5.check_lookup_prediction(2.5, **LOOKUP)
+    with pytest.raises(AssertionError, match="too low"):
+        ch5.check_lookup_prediction(0.5, **LOOKUP)

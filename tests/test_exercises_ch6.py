@@ -23,18 +23,23 @@ def test_checkers_report_unattempted_exercises_without_failing(capsys):
 
 def test_breakeven_checker_accepts_64_and_rejects_its_neighbours():
     ch6.check_breakeven_batch(64)  # 2.53 / (0.6 + 2.56) = 0.80 at B = 64; 1.35 at B = 32
-    for wrong in (32, 128, 1):
-        with pytest.raises(AssertionError, match="Hint"):
+    for wrong, side in ((32, "too small"), (128, "too large"), (1, "too small")):
+        with pytest.raises(AssertionError, match=f"{side}. Hint") as failure:
             ch6.check_breakeven_batch(wrong)
+        assert "64" not in str(failure.value)  # a hint, not the answer
+    with pytest.raises(AssertionError, match="one of BATCH_SIZES"):
+        ch6.check_breakeven_batch(3)
 
 
 def test_tree_checker_accepts_the_greedy_walk_and_rejects_the_chain_answer():
     # root -> node 2 (token 5) -> node 4 (token 1) -> target's 6 at the leaf
     ch6.check_tree_by_hand([5, 1, 6])
-    with pytest.raises(AssertionError, match="Hint"):
+    with pytest.raises(AssertionError, match="too short. Hint"):
         ch6.check_tree_by_hand([5])  # what a chain through the first candidate would emit
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError, match="too short"):
         ch6.check_tree_by_hand([5, 1])  # forgot the target's own token after the path
+    with pytest.raises(AssertionError, match="its second token is wrong"):
+        ch6.check_tree_by_hand([5, 2, 6])
 
 
 HF_RIGHT = {"num_assistant_tokens": 3, "num_assistant_tokens_schedule": "constant",
@@ -189,7 +194,7 @@ def test_batch_speedup_checker_names_the_missing_verify_cost_and_the_wrong_batch
     def costs_at_one(costs, draft_costs, alpha, gamma, B):  # prices every B at B = 1
         return batch_speedup_answer(costs, draft_costs, alpha, gamma, 1)
 
-    with pytest.raises(AssertionError, match="textbook formula"):
+    with pytest.raises(AssertionError, match="too high. Hint: you used the textbook formula"):
         ch6.check_batch_speedup(textbook)
     measured = {(B, k): 0.01 * (1 + 0.05 * B * k) for B in (1, 4, 16) for k in (1, 2, 4, 8)}
     draft = {(B, 1): 0.002 * (1 + 0.01 * B) for B in (1, 4, 16)}  # c(B) changes with B here

@@ -2,12 +2,13 @@
 
 Each `check_*` takes the reader's answer first. With the answer left as None it only says
 what to fill in (so the notebook still runs top to bottom); a wrong answer raises
-AssertionError with a hint; a right one prints why it is right.
+AssertionError with a hint (which way it is off and what to revisit, never the right value);
+a right one prints why it is right.
 """
 from __future__ import annotations
 
 from ...lab import timing
-from .common import answered
+from .common import answered, direction
 
 
 def _close(answer: float, truth: float, rel: float) -> bool:
@@ -20,13 +21,13 @@ def check_step_time(answer_s: float | None, n_bytes: float, bandwidth: float, me
     if not answered(answer_s, "your predicted step time in seconds"):
         return
     truth = n_bytes / bandwidth
-    assert answer_s > 0, "a time must be positive (seconds)"
+    assert answer_s > 0, f"{answer_s} s is too low: a time must be positive (seconds)"
     assert not _close(answer_s / 1e3, truth, rel), \
         "you seem to have answered in milliseconds; the checker wants seconds"
     assert _close(answer_s, truth, rel), (
-        f"expected about {truth * 1e3:.1f} ms, got {answer_s * 1e3:.1f} ms. Hint: every weight byte is read "
-        f"once per step, so divide the bytes ({n_bytes / 1e9:.2f} GB) by the bandwidth "
-        f"({bandwidth / 1e9:.1f} GB/s)")
+        f"{answer_s * 1e3:.1f} ms is {direction(answer_s, truth)}. Hint: every weight byte is read once per "
+        "step, so the step takes at least (bytes read) / (bandwidth), eq-roofline-time; are both in the "
+        "same units (bytes and bytes per second)?")
     msg = (f"Correct: {n_bytes / 1e9:.2f} GB / {bandwidth / 1e9:.1f} GB/s = {truth * 1e3:.1f} ms per token "
            "at best.")
     if measured_s is not None:
@@ -43,8 +44,9 @@ def check_intensity(answer: float | None, k: int, bytes_per_param: float, rel: f
     assert not _close(answer, k / bytes_per_param, rel), \
         "close: you counted one FLOP per parameter per token, but a multiply-add is 2 FLOPs"
     assert _close(answer, truth, rel), (
-        f"expected {truth:g} FLOP/byte, got {answer:g}. Hint: each token does 2 FLOPs per parameter, "
-        f"each parameter is {bytes_per_param:g} bytes and is read once for all {k} tokens")
+        f"{answer:g} FLOP/byte is {direction(answer, truth)}. Hint: count the FLOPs of all {k} tokens "
+        "(eq-flops: 2 per parameter per token) and divide by the bytes read (eq-bytes): each parameter is "
+        f"{bytes_per_param:g} bytes and is read once for all {k} tokens")
     print(f"Correct: 2 x {k} FLOPs per parameter / {bytes_per_param:g} bytes per parameter = {truth:g} "
           "FLOP/byte.")
 
@@ -57,8 +59,9 @@ def check_knee(answer_k: float | None, peak_flops: float, bandwidth: float, byte
     ridge = timing.ridge_point(peak_flops, bandwidth)
     truth = ridge * bytes_per_param / 2
     assert _close(answer_k, truth, rel), (
-        f"expected k about {truth:.0f}, got {answer_k:g}. Hint: the ridge sits at peak / bandwidth = "
-        f"{ridge:.0f} FLOP/byte; solve 2k / {bytes_per_param:g} = {ridge:.0f} for k")
+        f"k = {answer_k:g} is {direction(answer_k, truth)}. Hint: the knee is where a k-token pass's "
+        f"intensity (exercise 2: 2k / {bytes_per_param:g} FLOP/byte) reaches the device's ridge, "
+        "peak FLOP/s / bandwidth (eq-knee); solve that for k")
     print(f"Correct: the ridge is at {ridge:.0f} FLOP/byte, reached at k = {ridge:.0f} x {bytes_per_param:g} "
           f"/ 2 = {truth:.0f} tokens per pass. Below that, extra tokens ride along almost free.")
 
@@ -70,13 +73,14 @@ def check_kv_cache_bytes(answer: float | None, model, context_len: int, batch_si
     if not answered(answer, "the KV cache size in bytes"):
         return
     truth = timing.kv_cache_bytes(model, context_len, batch_size)
-    assert not _close(answer, truth / 2, rel), "half of it: remember both keys and values are cached"
-    layers, n_heads, n_kv, _ = timing._attention_shape(model)
+    assert not _close(answer, truth / 2, rel), "too low: remember both keys and values are cached"
+    _, n_heads, n_kv, _ = timing._attention_shape(model)
     assert not (n_kv != n_heads and _close(answer, truth * n_heads / n_kv, rel)), (
-        f"too big by {n_heads // n_kv}x: this model shares each key/value head among several query heads "
-        f"(grouped-query attention); use num_key_value_heads = {n_kv}")
+        "too high: this model shares each key/value head among several query heads (grouped-query "
+        "attention); count num_key_value_heads, not num_attention_heads")
     assert _close(answer, truth, rel), (
-        f"expected {truth / 1e6:.1f} MB, got {answer / 1e6:.1f} MB. Hint: 2 (K and V) x {layers} layers x "
-        f"{n_kv} kv heads x head dim x {context_len} tokens x {batch_size} sequences x bytes per value")
+        f"{answer / 1e6:.1f} MB is {direction(answer, truth)}. Hint: 2 (K and V) x layers x kv heads x head "
+        f"dim x {context_len} tokens x {batch_size} sequences x bytes per value, each read from the model's "
+        "config and dtype")
     share = truth / (truth + timing.weight_bytes(model))
     print(f"Correct: {truth / 1e6:.1f} MB, {share:.0%} of the bytes one decode step reads at this length.")

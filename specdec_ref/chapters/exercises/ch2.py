@@ -13,7 +13,7 @@ from ...lab.broken import using_verify
 from ...sampling import SamplingConfig, logits_to_probs
 from ...lab.stats import SIGNIFICANCE, chi_square_gof, emitted_token_counts
 from ...verify import verify
-from .common import answered, attempted, random_pairs, toy_exactness_test
+from .common import answered, attempted, direction, random_pairs, toy_exactness_test
 
 GREEDY = SamplingConfig(temperature=0)
 
@@ -48,12 +48,14 @@ def check_greedy_verify(fn: Callable) -> None:
         want_n, want_next = verify(draft, draft_probs, target_probs)
         got_n, got_next = fn(draft, logits)
         assert int(got_n) == want_n, (
-            f"draft {draft.tolist()} vs target argmax {logits.argmax(-1).tolist()}: {want_n} tokens should "
-            f"be accepted, you accepted {int(got_n)}. Hint: stop at the first draft token that is not the "
-            "argmax.")
+            f"draft {draft.tolist()} vs target argmax {logits.argmax(-1).tolist()}: you accepted "
+            f"{int(got_n)} tokens, {direction(int(got_n), want_n, 'too many', 'too few')}. Hint: accept "
+            "draft tokens while each equals the argmax of the row that predicts it (eq-greedy-accept), and "
+            "stop at the first that does not.")
         assert int(torch.as_tensor(got_next).reshape(-1)[0]) == int(want_next), (
-            f"draft {draft.tolist()} vs target argmax {logits.argmax(-1).tolist()}: the next token should be "
-            f"{int(want_next)} (the argmax at position {want_n}), you returned {got_next}.")
+            f"draft {draft.tolist()} vs target argmax {logits.argmax(-1).tolist()}: you accepted the right "
+            f"number of tokens, {want_n}, but returned next token {got_next}. Hint: the next token is the "
+            "target's argmax in the row right after the last accepted draft token.")
     print("Passed: your greedy verify agrees with specdec_ref.verify on 300 random cases "
           "(every accepted length 0..γ, ties included).")
 
@@ -94,7 +96,8 @@ def check_cache_lengths(context_len: int, gamma: int, n_accepted: int, answer) -
     truth = cache_lengths(context_len, gamma, n_accepted)
     names = ["target before rollback", "target after rollback", "draft before rollback",
              "draft after rollback"]
-    wrong = [f"{nm}: you said {a}, it is {t}" for nm, a, t in zip(names, answer, truth) if int(a) != t]
+    wrong = [f"{nm}: you said {a}, {direction(int(a), t)}" for nm, a, t in zip(names, answer, truth)
+             if int(a) != t]
     assert not wrong, ("\n".join(wrong)
                        + "\nHint: the draft never runs on its own last proposal; after the step "
                        "neither cache holds the token that was just emitted, and rollback only ever shortens "
@@ -120,10 +123,10 @@ def check_perfect_draft_passes(max_new_tokens: int, gamma: int, answer) -> None:
     if not answered(answer, "a number of target passes"):
         return
     truth = perfect_draft_passes(max_new_tokens, gamma)
-    full, rest = divmod(max_new_tokens, gamma + 1)
     assert int(answer) == truth, (
-        f"{answer} is not right. Hint: a full iteration yields γ + 1 = {gamma + 1} tokens ({full} of them "
-        f"give {full * (gamma + 1)}); what does the loop do with the {rest} token(s) left over, given that "
-        "it never drafts past max_new_tokens?")
+        f"{answer} target passes is {direction(int(answer), truth)}. Hint: with a draft that is always "
+        "right, a full iteration yields γ + 1 tokens (eq-tokens-per-pass); count the full "
+        "iterations, then ask what the loop does with the tokens left over, given that it never drafts past "
+        "max_new_tokens.")
     print(f"Correct: {truth} target passes for {max_new_tokens} tokens with γ = {gamma}, against "
           f"{max_new_tokens} for plain decoding ({max_new_tokens / truth:.1f}x fewer).")

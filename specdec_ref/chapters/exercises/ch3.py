@@ -19,7 +19,7 @@ from ...lab.broken import using_step
 from ...lab.stats import SIGNIFICANCE
 from ...sampling import SamplingConfig
 from ...verify import accepted_mass, residual
-from .common import N_TOKENS, answered, attempted, random_pairs, toy_exactness_test
+from .common import N_TOKENS, answered, attempted, direction, random_pairs, toy_exactness_test
 
 GREEDY = SamplingConfig(temperature=0)
 # the capstone's chi-square stage (stage 1, greedy, catches unprocessed logits)
@@ -71,8 +71,9 @@ def check_beta(target_probs, draft_probs, answer: float) -> None:
     q = torch.as_tensor(draft_probs, dtype=torch.float64)
     truth = float(torch.minimum(p, q).sum())
     assert abs(float(answer) - truth) < 1e-3, (
-        f"β = {float(answer):.4f} is not right. Hint: for each token the draft proposes x with probability "
-        "p_draft(x) and keeps it with probability min(1, p_target(x)/p_draft(x)); add up the products.")
+        f"β = {float(answer):.4f} is {direction(float(answer), truth)}. Hint: for each token the draft "
+        "proposes x with probability p_draft(x) and keeps it with probability "
+        "min(1, p_target(x)/p_draft(x)); add up the products (eq-beta).")
     print(f"Correct: β = {truth:.4f}, which is also 1 − TV(p_target, p_draft) = 1 − "
           f"{0.5 * float((p - q).abs().sum()):.4f}.")
 
@@ -87,10 +88,14 @@ def check_no_residual_distribution(fn: Callable) -> None:
         beta = accepted_mass(p, q).sum()
         truth = accepted_mass(p, q) + (1 - beta) * p
         got = torch.as_tensor(fn(p, q), dtype=torch.float64)
-        assert torch.allclose(got, truth, atol=1e-9), (
-            f"for p_target={p.numpy().round(3)}, p_draft={q.numpy().round(3)} the buggy sampler emits "
-            f"{truth.numpy().round(4)}, you said {got.numpy().round(4)}. Hint: the two paths are 'drafted "
-            "and accepted' and 'rejected, then drawn from p_target'.")
+        assert got.shape == truth.shape, f"return one probability per token, shape {tuple(truth.shape)}"
+        high = [i for i in range(len(p)) if got[i] > truth[i] + 1e-9]  # which way each token is off
+        low = [i for i in range(len(p)) if got[i] < truth[i] - 1e-9]
+        assert not high and not low, (
+            f"for p_target={p.numpy().round(3)}, p_draft={q.numpy().round(3)} you said "
+            f"{got.numpy().round(4)} (sum {float(got.sum()):.4f}): too much on tokens {high}, too little on "
+            f"{low}. Hint: the two paths are 'drafted and accepted' (eq-accept) and 'rejected, then drawn "
+            "from p_target'; what is the chance of a rejection?")
     p, q = next(random_pairs(1, seed=3))
     wrong = accepted_mass(p, q) + (1 - accepted_mass(p, q).sum()) * p
     print(f"Correct. For example, with\n  p_target = {p.numpy().round(3)}\n  p_draft  = "
@@ -125,7 +130,8 @@ def check_samples_needed(tv: float, answer, bins: int = 16, delta: float = 0.05)
         raise AssertionError(f"{got:.3g} is about 4x too many. Hint: the bound is the observed TV plus ε/2, "
                              "not plus ε.")
     assert truth / 2 <= got <= 2 * truth, (
-        f"{got:.3g} is not within a factor of 2 of the answer. Hint: with n draws the bound adds "
+        f"{got:.3g} is {direction(got, truth)}: not within a factor of 2 of the answer. Hint: with n draws "
+        "the bound adds "
         f"ε/2 = sqrt(2 (K ln 2 + ln(1/δ)) / n) / 2, with K = {bins} bins and δ = {delta}; set it equal to "
         f"the shift, {tv:.4f}, and solve for n.")
     print(f"Correct: about {truth:,} draws (K = {bins}, δ = {delta}) before a shift of TV = {tv:.4f} must "

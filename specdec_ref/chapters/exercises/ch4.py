@@ -2,14 +2,14 @@
 
 Each `check_*` takes the reader's answer first. Left as None (or a function that still raises
 NotImplementedError) it prints "Not attempted yet"; a wrong answer raises AssertionError with a
-hint; a right one prints why it is right.
+hint (which way it is off and what to revisit, never the right value); a right one prints why it is right.
 """
 from __future__ import annotations
 
 from typing import Callable
 
 from ...lab.speedup import best_gamma, expected_tokens_per_iteration, generalized_speedup
-from .common import answered, attempted
+from .common import answered, attempted, direction
 
 CASES = [(0.0, 1), (0.3, 1), (0.5, 2), (0.6, 4), (0.8, 3), (0.9, 8), (0.99, 5), (1.0, 4)]  # (α, γ)
 
@@ -21,8 +21,8 @@ def check_expected_tokens(fn: Callable) -> None:
     for alpha, gamma in CASES:
         want, got = expected_tokens_per_iteration(alpha, gamma), float(fn(alpha, gamma))
         assert abs(got - want) <= 1e-6 * want, (
-            f"α = {alpha}, γ = {gamma}: expected {want:.4f} tokens, got {got:.4f}. Hint: the iteration "
-            "yields n + 1 tokens and P(n >= k) = α^k for k <= γ, so E = Σ_(k=0..γ) α^k; "
+            f"α = {alpha}, γ = {gamma}: your {got:.4f} tokens is {direction(got, want)}. Hint: the iteration "
+            "yields n + 1 tokens and P(n >= k) = α^k for k <= γ, so E = Σ_(k=0..γ) α^k (eq-expected-tokens); "
             + ("at α = 1 every draft token is accepted." if alpha == 1 else "is your sum one term short?"))
     print("Correct: E[tokens] = 1 + α + ... + α^γ = (1 - α^(γ+1)) / (1 - α), and γ + 1 at α = 1, "
           f"on all {len(CASES)} cases.")
@@ -33,14 +33,13 @@ def check_best_gamma(answer: int | None, alpha: float, c: float, gamma_max: int 
     if not answered(answer, "an integer γ"):
         return
     gamma, s = best_gamma(alpha, c, gamma_max=gamma_max)
-    if s <= 1:
-        assert answer == 0, (f"with α = {alpha} <= c = {c} no γ pays off (best {s:.2f}×): the answer is 0, "
-                             "do not speculate")
-    else:
-        got = generalized_speedup(alpha, int(answer), c, 1.0) if answer >= 1 else 1.0
-        assert int(answer) == gamma, (
-            f"γ = {answer} gives {got:.3f}×, but γ = {gamma} gives {s:.3f}×. Hint: tabulate "
-            f"(1 - α^(γ+1)) / ((1 - α)(γc + 1)) for γ = 1, 2, ... and stop when it starts to fall")
+    gamma = gamma if s > 1 else 0  # 0: no γ pays off, do not speculate
+    got = generalized_speedup(alpha, int(answer), c, 1.0) if answer >= 1 else 1.0
+    assert int(answer) == gamma, (
+        f"γ = {answer} gives {got:.3f}× ({'do not speculate' if answer < 1 else 'eq-speedup'}); "
+        f"{direction(int(answer), gamma, 'a shorter draft', 'a longer draft')} does better. "
+        "Hint: tabulate (1 - α^(γ+1)) / ((1 - α)(γc + 1)) for γ = 1, 2, ... and stop when it starts to "
+        "fall, or never rises above 1×")
     print(f"Correct: γ = {gamma} gives {s:.3f}×" if s > 1 else "Correct: with α <= c, do not speculate.")
 
 
@@ -56,7 +55,8 @@ def check_prediction(answer: float | None, alpha: float, gamma: int, c: float, v
         f"loop costs nothing; use t(γ+1)/t(1) = {verify_cost:.2f} and overhead = {overhead:.3f} in the "
         "denominator")
     assert abs(answer - truth) <= rel * truth, (
-        f"expected {truth:.3f}×, got {answer:.3f}×. Hint: E[tokens] / (γc + t(γ+1)/t(1) + overhead/t(1))")
+        f"{answer:.3f}× is {direction(answer, truth)}. Hint: E[tokens] / (γc + t(γ+1)/t(1) + overhead/t(1)), "
+        "eq-generalized, with each measured quantity in its own place")
     msg = f"Correct: {truth:.3f}× (the textbook formula says {textbook:.3f}×)."
     if measured is not None:
         msg += f" Measured: {measured:.3f}×, so the prediction is off by {truth / measured - 1:+.0%}."

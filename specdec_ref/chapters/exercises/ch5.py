@@ -2,7 +2,7 @@
 
 Each `check_*` takes the reader's answer first. Left as None (or a function that still raises
 NotImplementedError) it prints "Not attempted yet"; a wrong answer raises AssertionError with a
-hint; a right one prints why it is right.
+hint (which way it is off and what to revisit, never the right value); a right one prints why it is right.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from ...drafters import Drafter, missing_members
 from ...lab.speedup import best_gamma, predicted_speedup
 from ...lab.stats import SIGNIFICANCE, chi_square_gof, speculative_sequence_counts
 from ...sampling import SamplingConfig
-from .common import N_TOKENS, PROMPT, answered, attempted
+from .common import N_TOKENS, PROMPT, answered, attempted, direction
 
 DRAFTS = {  # name -> (α, c): three drafts of one target, as a benchmark might report them
     "big LM draft": (0.80, 0.25),
@@ -32,14 +32,15 @@ def check_winner(answer: tuple[str, int] | None, drafts: dict[str, tuple[float, 
     winner = max(best, key=lambda n: best[n][1])
     name, gamma = answer
     assert name in drafts, f"{name!r} is not one of {sorted(drafts)}"
-    mine = best[name][1]
-    assert name == winner, (
-        f"{name} reaches at most {mine:.2f}× (γ = {best[name][0]}), but {winner} reaches "
-        f"{best[winner][1]:.2f}×. Hint: for each draft, tabulate (1 - α^(γ+1)) / ((1 - α)(γc + 1)) over γ "
-        "and keep its peak; a higher α does not win if every draft step costs a lot")
     got = predicted_speedup(drafts[name][0], int(gamma), drafts[name][1]) if int(gamma) >= 1 else 1.0
+    assert name == winner, (
+        f"{name} at γ = {gamma} gives {got:.3f}×, and even at its best γ another draft goes faster. Hint: "
+        "for each draft, tabulate (1 - α^(γ+1)) / ((1 - α)(γc + 1)) over γ (chapter 4's eq-speedup) and keep "
+        "its peak; a higher α does not win if every draft step costs a lot")
     assert int(gamma) == best[name][0], (
-        f"{name} at γ = {gamma} gives {got:.3f}×, but γ = {best[name][0]} gives {best[name][1]:.3f}×")
+        f"{name} is the right draft, but at γ = {gamma} it gives {got:.3f}×: "
+        f"{direction(int(gamma), best[name][0], 'a shorter', 'a longer')} draft does better. Hint: stop "
+        "where (1 - α^(γ+1)) / ((1 - α)(γc + 1)) starts to fall")
     print(f"Correct: {name} at γ = {best[name][0]} gives {best[name][1]:.2f}× ("
           + ", ".join(f"{n}: {s:.2f}× at γ = {g}" for n, (g, s) in best.items() if n != name) + ").")
 
@@ -64,8 +65,8 @@ def check_lookup_prediction(answer: float | None, alpha: float, coverage: float,
         f"{answer:.3f} is the textbook prediction: it assumes lookup proposes on every iteration, but it had "
         f"a proposal on only a share κ = {coverage:.2f}; an iteration without one yields a single token")
     assert abs(answer - truth) <= rel * truth, (
-        f"expected {truth:.3f}×, got {answer:.3f}×. Hint: (κ E[n+1] + 1 - κ) / (1 + c (κγ + 1 - κ)) with "
-        "E[n+1] = (1 - α^(γ+1)) / (1 - α)")
+        f"{answer:.3f}× is {direction(answer, truth)}. Hint: (κ E[n+1] + 1 - κ) / (1 + c (κγ + 1 - κ)) "
+        "with E[n+1] = (1 - α^(γ+1)) / (1 - α), eq-coverage-speedup")
     msg = f"Correct: {truth:.3f}× (the textbook formula, blind to coverage, says {textbook:.3f}×)."
     if measured is not None:
         msg += f" Measured: {measured:.3f}×, so the prediction is off by {truth / measured - 1:+.0%}."

@@ -1,8 +1,8 @@
 """Checkers for chapter 6, "In production".
 
 Each `check_*` takes the reader's answer first. Left as None (or a function that still raises
-NotImplementedError) it prints "Not attempted yet"; a wrong answer raises AssertionError with a hint;
-a right one prints why it is right.
+NotImplementedError) it prints "Not attempted yet"; a wrong answer raises AssertionError with a hint
+(which way it is off and what to revisit, never the right value); a right one prints why it is right.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from ...lab.stats import SIGNIFICANCE, chi_square_gof
 from ...models.toy import tiny_llama
 from ...tree import Tree, verify_tree
 from ..production import Costs, batch_speedup, breakeven_batch
-from .common import answered, attempted
+from .common import answered, attempted, direction
 
 # Exercise 1: a made-up accelerator whose target pass costs max(10 ms, 0.1 ms x B·k)
 # (memory-bound until B·k = 100 tokens, then compute-bound) and whose draft step costs
@@ -32,13 +32,19 @@ def check_breakeven_batch(answer: int | None, alpha: float = 0.7, gamma: int = 3
     """Exercise 1: the smallest B in BATCH_SIZES at which speculation stops paying off (speedup <= 1)."""
     if not answered(answer, "a batch size from BATCH_SIZES"):
         return
+    assert answer in BATCH_SIZES, (f"{answer} is not a batch size of the exercise's list. Hint: the "
+                                  "answer is one of BATCH_SIZES")
     truth = breakeven_batch(TARGET_COSTS, DRAFT_COSTS, alpha, gamma)
+    mine = batch_speedup(TARGET_COSTS, DRAFT_COSTS, alpha, gamma, answer)
+    verdict = "speculation still pays there" if mine > 1 else "speculation no longer pays there"
+    side = "not it" if truth is None else direction(answer, truth, "too large", "too small")
+    assert answer == truth, (
+        f"at B = {answer} the predicted speedup is {mine:.2f}×: {verdict}, but B = {answer} is {side}. "
+        "Hint: for each B, c(B) = t_draft(B, 1) / t(B, 1) and the verify cost is t(B, γ+1) / t(B, 1); "
+        "speedup = (1 - α^(γ+1)) / (1 - α) / (γ c(B) + t(B, γ+1) / t(B, 1)), eq-batch-speedup. Where does "
+        "B·(γ+1) pass 100 tokens?")
     table = ", ".join(f"B={B}: {batch_speedup(TARGET_COSTS, DRAFT_COSTS, alpha, gamma, B):.2f}×"
                       for B in BATCH_SIZES)
-    assert answer == truth, (
-        f"the smallest B with speedup <= 1 is not {answer}. Hint: for each B, c(B) = t_draft(B, 1) / t(B, 1) "
-        "and the verify cost is t(B, γ+1) / t(B, 1); speedup = (1 - α^(γ+1)) / (1 - α) / (γ c(B) + t(B, γ+1) "
-        "/ t(B, 1)). Where does B·(γ+1) pass 100 tokens?")
     print(f"Correct: B = {truth}. Predicted speedups: {table}. Once B·(γ+1) tokens make the verify pass "
           "compute-bound, the γ extra tokens per sequence cost real time and the batch already keeps the "
           "hardware busy.")
@@ -58,6 +64,9 @@ def example_tree() -> tuple[Tree, torch.Tensor, torch.Tensor]:
     return tree, torch.tensor(NODE_TOKENS), target_probs
 
 
+ORDINALS = ("first", "second", "third", "fourth", "fifth")  # words, so that no position reads as a token
+
+
 def check_tree_by_hand(answer: list[int] | None) -> None:
     """Exercise 2: the tokens one greedy tree iteration emits (accepted draft tokens,
     then the target's own)."""
@@ -67,10 +76,15 @@ def check_tree_by_hand(answer: list[int] | None) -> None:
     # greedy: the point-mass walk on one-hot rows
     path, next_token = verify_tree(tree, node_tokens, target_probs)
     truth = node_tokens[path].tolist() + next_token.tolist()
-    assert list(answer) == truth, (
-        f"{list(answer)} is not what the greedy walk emits. Hint: start at the root; the target's argmax "
-        f"after the root is {TARGET_ARGMAX[0]}: which child carries that token? Move there and repeat; when "
-        "no child matches (or you reach a leaf), emit the target's argmax at that node and stop")
+    mine = list(answer)
+    right = next((i for i, (a, t) in enumerate(zip(mine, truth)) if a != t), min(len(mine), len(truth)))
+    where = (f"its {ORDINALS[right]} token is wrong" if right < min(len(mine), len(truth))
+             else f"it is {direction(len(mine), len(truth), 'too long', 'too short')}")
+    assert mine == truth, (
+        f"{mine} is not what the greedy walk emits: {where}. Hint: start at the root; TARGET_ARGMAX[0] is "
+        "the target's argmax after the root: which child carries that token? Move there and repeat; when no "
+        "child matches (or you reach a leaf), emit the target's argmax at that node (TARGET_ARGMAX[node]) "
+        "and stop")
     print(f"Correct: the walk accepts nodes {path} (tokens {node_tokens[path].tolist()}) and emits the "
           f"target's {int(next_token)} after them: {len(truth)} tokens from one target pass. A chain that "
           f"drafted only the first candidate (token {NODE_TOKENS[1]}) would have kept none and emitted 1 "
@@ -266,6 +280,6 @@ def check_batch_speedup(fn: Callable, costs: Costs | None = None, draft_costs: C
                     else "Hint: c(B) = t_draft(B, 1)/t(B, 1) and the verify cost t(B, γ+1)/t(B, 1) are both "
                          "taken at the same B; the numerator is (1 - α^(γ+1))/(1 - α)")
             assert abs(got - want) <= rel * abs(want), (
-                f"S(B = {B}) at γ = {gamma}: got {got:.4f}, expected {want:.4f}. {hint}")
+                f"S(B = {B}) at γ = {gamma}: your {got:.4f} is {direction(got, want)}. {hint}")
     table = ", ".join(f"B={B}: {batch_speedup(costs, draft_costs, alpha, gammas[-1], B):.2f}×" for B in Bs)
     print(f"Correct at every measured B and γ in {gammas}. At γ = {gammas[-1]}, α = {alpha:.2f}: {table}.")

@@ -1,4 +1,5 @@
-"""What the exercise checkers share: one way to say "not attempted yet", and the toy exactness test."""
+"""What the exercise checkers share: one way to say "not attempted yet", one way to point a wrong answer
+the right way without giving the right value away, and the toy exactness test."""
 from __future__ import annotations
 
 from typing import Callable
@@ -22,6 +23,15 @@ def answered(answer, what: str) -> bool:
         print(f"{NOT_ATTEMPTED}: set the answer to {what} and run the cell again.")
         return False
     return True
+
+
+def direction(answer: float, truth: float, high: str = "too high", low: str = "too low") -> str:
+    """Which way a wrong answer is off, in words (`high` if it is above the truth): never the truth itself.
+
+    Checkers reply to a wrong answer with this, the reader's own value and a pointer to the formula,
+    so that `answer = 0` cannot be used as an oracle for the right value.
+    """
+    return high if answer > truth else low
 
 
 def attempted(fn: Callable, *args) -> bool:
