@@ -1,5 +1,7 @@
 """Chapter 1, "Why decoding is slow": each verdict sentence follows its measurements
 (flip the numbers, the sentence flips)."""
+import pytest
+
 from specdec_ref.chapters.verdicts.ch1 import kernel_verdict
 
 
@@ -8,7 +10,16 @@ def test_kernel_verdict_says_within_goal_only_when_it_is():
     good = kernel_verdict(before, {1: 1.0, 2: 1.05, 4: 1.1, 8: 1.2})
     bad = kernel_verdict(before, {1: 1.0, 2: 1.1, 4: 1.2, 8: 1.45})
     assert "within 1.25×, as the memory-bound" in good and "cut the cost" in good
-    assert "up to k = 4" in bad and "compute-bound" in bad
+    assert "up to k = 4" in bad and "does not say whether" in bad  # no knee given: no mechanism asserted
+
+
+def test_kernel_verdict_names_the_cause_only_against_the_measured_knee():
+    before, after = {1: 1.0, 2: 1.7, 4: 1.8, 8: 1.8}, {1: 1.0, 2: 1.1, 4: 1.2, 8: 1.45}
+    early = kernel_verdict(before, after, knee=60)  # rises at k = 8, long before k* = 60
+    assert "long before the roofline's knee at k ≈ 60" in early and "does not explain" in early
+    near = kernel_verdict(before, after, knee=10)  # rises at k = 8, near k* = 10
+    assert "near or past the roofline's knee at k ≈ 10" in near and "as the roofline expects" in near
+    assert "compute-bound small-batch" not in early + near
 
 
 def test_kernel_verdict_says_when_prepacking_did_not_help():
@@ -79,3 +90,74 @@ def test_break_even_verdict_says_when_no_draft_can_pay():
     from specdec_ref.chapters.verdicts.ch1 import break_even_verdict
     assert "more than 1.60 tokens" in break_even_verdict(1.6, 4)
     assert "cannot pay" in break_even_verdict(5.2, 4)
+
+
+def test_no_repack_note_says_why_by_device():
+    from specdec_ref.chapters.verdicts.ch1 import no_repack_note
+    assert "not available in this build" in no_repack_note("this CPU", "cpu")
+    gpu = no_repack_note("this H100", "cuda")
+    assert "prepack only on a CPU" in gpu and "true cost" not in gpu
+
+
+def test_packing_logits_verdict_separates_rounding_from_a_different_result():
+    from specdec_ref.chapters.verdicts.ch1 import packing_logits_verdict
+    assert "up to float rounding" in packing_logits_verdict(3e-5, 20.0)
+    assert "more than float rounding" in packing_logits_verdict(0.5, 20.0)
+    with pytest.raises(ValueError, match="max_logit must be > 0"):
+        packing_logits_verdict(0.0, 0.0)
+
+
+def test_gpu_room_verdict_flips_when_a_knee_falls_below_the_verify_pass():
+    from specdec_ref.chapters.verdicts.ch1 import gpu_room_verdict
+    room = gpu_room_verdict({"T4": 57, "H100 SXM": 295}, k_verify=5)
+    assert "Every spec sheet" in room and "the lowest (T4) at 57" in room and "11×" in room
+    tight = gpu_room_verdict({"T4": 4, "H100 SXM": 295}, k_verify=5)
+    assert tight.startswith("On T4 the spec sheet puts the knee below") and "room to spare" not in tight
+    with pytest.raises(ValueError, match="knees is empty"):
+        gpu_room_verdict({}, 5)
+
+
+def test_decode_gap_verdict_places_the_step_against_the_ridge():
+    from specdec_ref.chapters.verdicts.ch1 import decode_gap_verdict
+    far = decode_gap_verdict(1.0, 591.0, "H100 SXM")
+    assert "591× below" in far and "far inside the memory-bound" in far
+    near = decode_gap_verdict(1.0, 5.0, "X")
+    assert "5× below" in near and "far inside" not in near
+    assert "compute-bound" in decode_gap_verdict(8.0, 5.0, "X")
+    with pytest.raises(ValueError, match="must be > 0"):
+        decode_gap_verdict(0.0, 5.0, "X")
+
+
+def test_gpu_depth_verdict_is_an_expectation_unless_measured_on_a_gpu():
+    from specdec_ref.chapters.verdicts.ch1 import gpu_depth_verdict
+    expected = gpu_depth_verdict(0.06, None)
+    assert expected.startswith("An expectation, not measured") and "under 0.06 µs" in expected
+    assert "bound by its operations" in gpu_depth_verdict(0.06, 4.0)
+    assert "hides behind the weight traffic" in gpu_depth_verdict(0.06, 0.01)
+
+
+def test_knee_prediction_verdict_says_sooner_later_or_close():
+    from specdec_ref.chapters.verdicts.ch1 import knee_prediction_verdict
+    assert "sooner than you expected" in knee_prediction_verdict(64, measured=8, largest=64)
+    assert "more tokens rode along" in knee_prediction_verdict(2, measured=16, largest=64)
+    assert "within a factor of 2" in knee_prediction_verdict(12, measured=8, largest=64)
+    assert "cannot prove your prediction wrong" in knee_prediction_verdict(300, measured=64, largest=64)
+    assert "sooner" in knee_prediction_verdict(300, measured=32, largest=64)
+    for bad in (0, -3):
+        with pytest.raises(ValueError, match="MY_PREDICTION must be"):
+            knee_prediction_verdict(bad, measured=8, largest=64)
+
+
+def test_batch_knee_verdict_sees_the_per_sequence_cache_only_when_it_matters():
+    from specdec_ref.chapters.verdicts.ch1 import batch_knee_verdict
+    cache = batch_knee_verdict({128: 40, 8192: 22}, {128: 6, 8192: 11}, batch=8)
+    assert "from 40 to 6 tokens per sequence, 6.7× lower" in cache and "22 to 11, 2.0× lower" in cache
+    assert "at the ridge already" not in cache
+    assert "from 7 to 1 tokens per sequence (at the ridge already with one token per sequence), 7.0×" in \
+        batch_knee_verdict({128: 7, 8192: 4}, {128: 1, 8192: 2}, batch=8)
+    assert "own KV cache" in cache
+    small = batch_knee_verdict({128: 40, 8192: 39}, {128: 6, 8192: 6}, batch=8)
+    assert "too small next to the weights" in small
+    assert "even more of the headroom" in batch_knee_verdict({128: 40, 8192: 40}, {128: 10, 8192: 5}, batch=8)
+    with pytest.raises(ValueError, match="same two context lengths"):
+        batch_knee_verdict({128: 40, 8192: 22}, {128: 6}, batch=8)

@@ -1,5 +1,5 @@
-"""The verdicts of chapter 1, "Why decoding is slow": what the timed passes say about the kernels, the
-roofline and depth, and what one speculative iteration must repay.
+"""The verdicts of chapter 1, "Why decoding is slow", and of its CPU kernels appendix: what the timed passes
+say about the kernels, the roofline and depth, and what one speculative iteration must repay.
 
 Each function returns the sentence the chapter prints or glues for its measurements;
 tests/test_verdicts_ch1.py feeds each one measurements on both sides of its threshold and checks that the
@@ -13,9 +13,10 @@ from .margin import compare
 
 
 def kernel_verdict(before: Mapping[int, float], after: Mapping[int, float], k: int = 8,
-                   goal: float = 1.25) -> str:
-    """Chapter 1: did prepacking make scoring k tokens nearly as cheap as one?
-    before/after: t(k)/t(1) by k."""
+                   goal: float = 1.25, *, knee: float | None = None) -> str:
+    """Appendix: did prepacking make scoring k tokens nearly as cheap as one?
+    before/after: t(k)/t(1) by k; knee: the roofline's k* on this device, if measured (it says whether a
+    rise past `goal` comes where the roofline expects the pass to turn compute-bound)."""
     b, a = before[k], after[k]
     within = max(kk for kk in after if after[kk] <= goal) if any(v <= goal for v in after.values()) else None
     change = (f"prepacking cut the cost of scoring {k} tokens from {b:.2f}× to {a:.2f}× one token"
@@ -25,8 +26,38 @@ def kernel_verdict(before: Mapping[int, float], after: Mapping[int, float], k: i
         return f"On this machine {change}: within {goal}×, as the memory-bound picture says."
     reach = (f"it stays within {goal}× up to k = {within}" if within and within > 1
              else f"no k > 1 stays within {goal}×")
-    return (f"On this machine {change}, but {reach}: beyond that the matrix kernel runs out of arithmetic "
-            "before the weights run out of bandwidth (a compute-bound small-batch kernel).")
+    first_over = min(kk for kk in after if after[kk] > goal)
+    if knee is None:
+        why = "this measurement alone does not say whether arithmetic or the kernel runs short first"
+    elif first_over < knee / 2:
+        why = (f"that is long before the roofline's knee at k ≈ {knee:.0f}, so the device's measured "
+               "arithmetic does not explain the rise: the kernel falls short of the roofline for so few rows")
+    else:
+        why = (f"that is near or past the roofline's knee at k ≈ {knee:.0f}, where the measured arithmetic "
+               "runs short, as the roofline expects")
+    return f"On this machine {change}, but {reach}: {why}."
+
+
+def no_repack_note(here: str, device_type: str) -> str:
+    """Appendix: why the prepacking comparison did not run (a fact about the loaders, not a measurement)."""
+    if device_type == "cpu":
+        return (f"On {here} oneDNN's prepacked linear is not available in this build of PyTorch, so the "
+                "loaders left the weights as they were and there is no second kernel to compare.")
+    return (f"On {here} nothing is repacked: the loaders prepack only on a CPU, so there is no second kernel "
+            "to compare here. The lone-product timing above is this device's test of its kernels.")
+
+
+def packing_logits_verdict(max_diff: float, max_logit: float, rel: float = 1e-4) -> str:
+    """Appendix: do the prepacked and the plain model give the same logits up to float rounding?
+    max_diff: the largest absolute difference; max_logit: the largest absolute logit (the scale)."""
+    if max_logit <= 0:
+        raise ValueError(f"max_logit must be > 0 (the logits' scale), got {max_logit}")
+    size = (f"the largest logit difference between the two is {max_diff:.1e}, against logits up to "
+            f"{max_logit:.1f}")
+    if max_diff <= rel * max_logit:
+        return f"On the same tokens {size}: the same logits up to float rounding."
+    return (f"On the same tokens {size}, more than {rel:g} of their scale: more than float rounding, so "
+            "the packed kernel computes something else here.")
 
 
 def one_pass_verdict(one_pass: float, sequential: float, k: int = 8, flat: float = 1.25) -> str:
@@ -145,3 +176,89 @@ def break_even_verdict(round_cost: float, gamma: int) -> str:
                 f"{gamma} speculation cannot pay on this device, however good the draft.")
     return (f"So an iteration must keep more than {round_cost:.2f} tokens on average (it keeps between 1 and "
             f"{gamma + 1}) before it beats plain decoding.")
+
+
+def gpu_room_verdict(knees: Mapping[str, float], k_verify: int) -> str:
+    """Chapter 1: do the spec sheets' knees (tokens per pass, by device) leave room for a verification pass
+    of k_verify = γ + 1 tokens?"""
+    if not knees:
+        raise ValueError("knees is empty: pass {device: knee} for at least one spec sheet")
+    low = min(knees, key=knees.get)
+    short = [name for name, k in knees.items() if k < k_verify]
+    if not short:
+        return (f"Every spec sheet in the table puts the knee above a verification pass of γ + 1 = "
+                f"{k_verify} tokens, the lowest ({low}) at {knees[low]:.0f}: "
+                f"{knees[low] / k_verify:.0f}× the tokens that pass scores, room to spare.")
+    return (f"On {', '.join(short)} the spec sheet puts the knee below γ + 1 = {k_verify} tokens "
+            f"({knees[low]:.0f} on {low}): there a verification pass of {k_verify} tokens is already "
+            "compute-bound.")
+
+
+def decode_gap_verdict(intensity: float, ridge: float, device: str) -> str:
+    """Chapter 1: where a decode step (intensity in FLOP/byte) sits against a device's ridge point."""
+    if intensity <= 0 or ridge <= 0:
+        raise ValueError(f"intensity and ridge must be > 0 (FLOP/byte), got {intensity} and {ridge}")
+    if intensity < ridge:
+        region = "far inside" if ridge >= 10 * intensity else "inside"
+        return (f"At {intensity:.1f} FLOP per byte it sits {ridge / intensity:.0f}× below the {device}'s "
+                f"ridge of {ridge:.0f}: {region} the memory-bound region.")
+    return (f"At {intensity:.1f} FLOP per byte it sits at or past the {device}'s ridge of {ridge:.0f}: "
+            "compute-bound.")
+
+
+def gpu_depth_verdict(budget_us: float, per_op_us: float | None, sheet: str = "H100 SXM") -> str:
+    """Appendix: can a deep draft's operations hide behind its weight traffic on a GPU?
+    budget_us: the weights' streaming time on the spec sheet divided by the operations; per_op_us: the cost
+    of one operation measured on a GPU, or None where this page did not run on one; sheet: whose bandwidth."""
+    budget = (f"at the {sheet}'s spec-sheet bandwidth, the deep model's operations stay hidden behind its "
+              f"weight traffic only if each costs under {budget_us:.2g} µs")
+    if per_op_us is None:
+        return (f"An expectation, not measured on this page: {budget}. Whether a GPU's cost per "
+                "operation, its kernel launch included, stays under that is what this page measures when it "
+                "runs on one.")
+    if per_op_us > budget_us:
+        return (f"Measured here: {budget}, and one costs {per_op_us:.1f} µs on this GPU, so the deep model "
+                "is bound by its operations, neither by memory nor by arithmetic.")
+    return (f"Measured here: {budget}, and one costs {per_op_us:.2f} µs on this GPU, so depth hides behind "
+            "the weight traffic here.")
+
+
+def knee_prediction_verdict(predicted: float, measured: int, largest: int) -> str:
+    """Chapter 1: the reader's prediction of the largest k that costs at most 1.25× one token, against the
+    measured one (`largest`: the largest k measured, where a flat curve stops telling)."""
+    if not predicted > 0:
+        raise ValueError(f"MY_PREDICTION must be a number of tokens > 0, got {predicted!r}")
+    yours = f"You predicted k = {predicted:g}; the measured cost stayed within 1.25× one token"
+    if measured >= largest and predicted >= largest:
+        return (f"{yours} up to the largest k measured, {largest}: this grid cannot prove your "
+                "prediction wrong.")
+    if predicted > 2 * measured:
+        return (f"{yours} only up to k = {measured}: the pass stopped being nearly free sooner than you "
+                "expected.")
+    if predicted < measured / 2:
+        return f"{yours} up to k = {measured}: more tokens rode along nearly free than you expected."
+    return f"{yours} up to k = {measured}: within a factor of 2 of your prediction."
+
+
+def batch_knee_verdict(knee_1: Mapping[int, int], knee_b: Mapping[int, int], batch: int,
+                       margin: float = 0.15) -> str:
+    """Chapter 1, exercise 5: how much does a batch lower the knee in k (tokens per sequence), at a short and
+    a long context? knee_1, knee_b: {context length: knee} for one sequence and for `batch` sequences."""
+    short, long = min(knee_1), max(knee_1)
+    if short == long or set(knee_1) != set(knee_b):
+        raise ValueError("knee_1 and knee_b need the same two context lengths (a short and a long one), "
+                         f"got {sorted(knee_1)} and {sorted(knee_b)}")
+    fall = {n: knee_1[n] / knee_b[n] for n in (short, long)}
+    floor = {n: " (at the ridge already with one token per sequence)" if knee_b[n] <= 1 else ""
+             for n in (short, long)}
+    numbers = (f"With {short} tokens of context a batch of {batch} lowers the knee from {knee_1[short]} to "
+               f"{knee_b[short]} tokens per sequence{floor[short]}, {fall[short]:.1f}× lower; with {long}, "
+               f"from {knee_1[long]} to {knee_b[long]}{floor[long]}, {fall[long]:.1f}× lower")
+    side = compare(fall[long], fall[short], margin)
+    if side == "lower":
+        return (numbers + ": at the long context each sequence's own KV cache, which the batch does not "
+                "share, keeps the batched pass memory-bound for more tokens per sequence.")
+    if side == "level":
+        return (numbers + f": even at {long} tokens the caches are too small next to the weights to change "
+                "what batching takes away.")
+    return numbers + ": at the long context the batch takes away even more of the headroom."
