@@ -19,6 +19,16 @@ def test_verify_cost_verdict_says_flat_only_when_every_curve_is():
     assert "does not hold in that precision" in steep
 
 
+def test_verify_cost_verdict_calls_a_point_that_falls_back_a_bump_not_a_knee():
+    from specdec_ref.chapters.verdicts.ch4 import sustained_knee, verify_cost_verdict
+    bump = verify_cost_verdict({"float32": [1.0, 1.33, 1.21, 1.04, 1.11]}, "cpu")
+    knee = verify_cost_verdict({"float32": [1.0, 1.33, 1.21, 1.3, 1.4]}, "cpu")
+    assert "rose above 1.25× at k = 2 in float32 and fell back: a bump" in bump and "passes" not in bump
+    assert "ends within 1.25× of one token at k = 5" in bump
+    assert "The cost passes 1.25× one token at k = 4 in float32" in knee and "bump" not in knee
+    assert sustained_knee([1.0, 1.3, 1.1, 1.3]) == 4 and sustained_knee([1.0, 1.1]) is None
+
+
 def test_verify_cost_verdict_credits_the_kernel_only_when_f_linear_costs_more():
     from specdec_ref.chapters.verdicts.ch4 import verify_cost_verdict
     base = {"float32": [1.0, 1.1, 1.2]}
@@ -55,13 +65,43 @@ def test_precision_verdict_names_the_faster_precision_for_one_token_and_for_many
                              None) == "One step in float16 (as loaded) took 7.0 ms."
 
 
-def test_prediction_verdict_follows_the_errors_and_names_the_fitted_overhead():
+def test_prediction_verdict_follows_the_errors_and_names_the_held_out_gammas():
+    import pytest
+
     from specdec_ref.chapters.verdicts.ch4 import prediction_verdict
-    good = prediction_verdict(0.06, 0.40, calibration_gamma=4)
-    bad = prediction_verdict(0.25, 0.20, calibration_gamma=4)
+    good = prediction_verdict(0.04, 0.06, 0.40, fitted=[1, 3], held_out=[2, 4])
+    bad = prediction_verdict(0.25, 0.26, 0.20, fitted=[1, 3], held_out=[2, 4])
+    law = prediction_verdict(0.04, 0.30, 0.40, fitted=[1, 3], held_out=[2, 4])
+    cancel = prediction_verdict(0.20, 0.05, 0.40, fitted=[1, 3], held_out=[2, 4])
     assert "brought the prediction closer" in good and "stays within a 10% tolerance" in good
+    assert "about the same (up to 6%)" in good
     assert "did not bring" in bad and "misses a 10% tolerance" in bad
-    assert all("fitted once, at γ = 4, and reused for every γ" in s for s in (good, bad))
+    assert "adds error (up to 30%)" in law and "acceptance model, not the costs" in law
+    assert "partly cancels" in cancel
+    assert all("held-out γ = 2, 4 (the overhead h₀ + γh₁ was fitted on γ = 1, 3 only)" in s
+               for s in (good, bad, law, cancel))
+    with pytest.raises(ValueError, match="disjoint"):
+        prediction_verdict(0.04, 0.06, 0.40, fitted=[1, 2], held_out=[2, 4])
+    with pytest.raises(ValueError, match="non-empty"):
+        prediction_verdict(0.04, 0.06, 0.40, fitted=[1, 2], held_out=[])
+
+
+def test_knee_verdict_claims_a_knee_only_where_the_curve_has_one():
+    import pytest
+
+    from specdec_ref.chapters.verdicts.ch4 import knee_verdict
+    flat = knee_verdict([1.0, 1.05, 1.1, 1.2], "cpu", "float32")
+    steep = knee_verdict([1.0, 1.1, 1.4, 1.9], "cpu", "float32")
+    gpu = knee_verdict([1.0, 1.01, 1.02], "cuda", "bfloat16 (as loaded)")
+    assert "stayed within 1.25× of one token up to k = 4" in flat and "beyond the passes timed" in flat
+    assert "cost real time" not in flat
+    assert "passed 1.25× of one token from k = 3 on, as expected of a CPU" in steep
+    assert "cost real time" in steep
+    bump = knee_verdict([1.0, 1.33, 1.21, 1.04], "cpu", "float32")
+    assert "ended within 1.25×" in bump and "cost real time" not in bump
+    assert "came nearly free" in gpu and "CPU" not in gpu
+    with pytest.raises(ValueError, match="no t"):
+        knee_verdict([], "cpu", "float32")
 
 
 def test_prediction_gap_verdict_says_widens_only_when_it_does():

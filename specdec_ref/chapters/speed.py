@@ -3,8 +3,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import math
+
 import matplotlib.pyplot as plt
 import numpy as np
+from scipy.special import lambertw
 
 from ..lab.speedup import best_gamma, linear_verify_costs, predicted_speedup, speedup_by_gamma
 
@@ -15,6 +18,70 @@ def capped_geometric(alpha: float, gamma: int) -> np.ndarray:  # -> [γ+1]
     probs = alpha ** k * (1 - alpha)
     probs[-1] = alpha ** gamma  # all γ accepted: the cap collects the rest of the geometric tail
     return probs
+
+
+def continuous_best_gamma(alpha: float, c: float) -> float:
+    """γ* that maximises the textbook speedup (1 - α^(γ+1)) / ((1 - α)(γc + 1)) over real γ.
+
+    With L = ln(1/α), K = 1 + L(1 - c)/c and u = γ + 1, dS/dγ = 0 reads e^(-Lu) (Lu + K) = 1, so
+    v = Lu + K solves (-v) e^(-v) = -e^(-K), and v > K >= 1 picks the lower branch of Lambert's W:
+
+        γ* = (-W₋₁(-e^(-K)) - K) / L - 1.
+
+    The sign of dS/dγ is that of e^(-Lu)(Lu + K) - 1, which falls with u, so S rises up to γ* and falls
+    after it: the best integer γ >= 1 is ⌊γ*⌋ or ⌈γ*⌉ (1 if γ* < 1). γ* can lie below 0.
+    """
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must lie strictly between 0 and 1 (at α = 1 longer drafts always pay), "
+                         f"got {alpha}")
+    if not 0 < c < 1:
+        raise ValueError(f"c must lie strictly between 0 and 1 (at c = 0 longer drafts always pay), got {c}")
+    L = -math.log(alpha)
+    K = 1 + L * (1 - c) / c
+    if K < 700:  # e^(-K) is a normal float: W₋₁ from scipy
+        v = -float(lambertw(-math.exp(-K), k=-1).real)
+    else:  # e^(-K) underflows: solve v - ln v = K (the same equation, in logs) by Newton from v ≈ K + ln K
+        v = K + math.log(K)
+        for _ in range(20):
+            v -= (v - math.log(v) - K) / (1 - 1 / v)
+    return (v - K) / L - 1
+
+
+def split_gammas(gammas: Sequence[int]) -> tuple[list[int], list[int]]:
+    """(the γ to fit the overhead on, the γ held out to test it): every other γ, the first one fitted."""
+    gammas = sorted(gammas)
+    if len(gammas) < 3:
+        raise ValueError(f"fitting h₀ + γh₁ on two γ and testing it on another needs at least three γ, "
+                         f"got {gammas}: add draft lengths to GAMMAS")
+    return gammas[::2], gammas[1::2]
+
+
+def implied_overhead(tau: float, measured: float, gamma: int, c: float, verify_cost: float) -> float:
+    """h(γ) that makes τ / (γc + t(γ+1)/t(1) + h) equal the measured speedup, in units of t(1)."""
+    if not (tau > 0 and measured > 0):
+        raise ValueError(f"τ and the measured speedup must be > 0, got τ = {tau}, speedup = {measured}")
+    return tau / measured - gamma * c - verify_cost
+
+
+def fit_overhead(gammas: Sequence[int], overheads: Sequence[float]) -> tuple[float, float]:
+    """(h₀, h₁) of the least-squares line h(γ) = h₀ + γ h₁ through the overheads measured at gammas."""
+    if len(set(gammas)) < 2 or len(gammas) != len(overheads):
+        raise ValueError(f"a line needs overheads at two γ or more, one per γ; got γ = {list(gammas)} and "
+                         f"{len(overheads)} overheads")
+    h1, h0 = np.polyfit(np.asarray(gammas, float), np.asarray(overheads, float), 1)
+    return float(h0), float(h1)
+
+
+def speedup_from_tau(tau: float, gamma: int, c: float, verify_cost: float, overhead: float) -> float:
+    """τ / (γc + t(γ+1)/t(1) + h): the generalised formula with its numerator measured, not predicted.
+
+    τ is the run's tokens per target pass (`Row.tau`), so no acceptance model enters: only the costs.
+    """
+    cost = gamma * c + verify_cost + overhead
+    if not (tau > 0 and cost > 0):
+        raise ValueError(f"τ and the iteration's cost must be > 0, got τ = {tau}, cost = {cost} "
+                         f"(γ = {gamma}, c = {c}, t(γ+1)/t(1) = {verify_cost}, h = {overhead})")
+    return tau / cost
 
 
 def plot_cost_curves(curves: Mapping[str, Sequence[float]], ax=None):
@@ -33,12 +100,24 @@ def plot_cost_curves(curves: Mapping[str, Sequence[float]], ax=None):
 
 
 def plot_speedup_vs_gamma(gammas: Sequence[int], textbook: Sequence[float], generalized: Sequence[float],
-                          measured: Sequence[float], title: str = "", ax=None):
-    """Textbook prediction, generalised prediction and measured speedup for each γ."""
+                          measured: Sequence[float], title: str = "", ax=None, *,
+                          from_tau: Sequence[float] | None = None, fitted: Sequence[int] = ()):
+    """Textbook prediction, generalised prediction (and from the measured τ) and measured speedup for each γ.
+
+    fitted: the γ the overhead was fitted on, drawn hollow (their measured points test nothing).
+    """
     ax = ax or plt.subplots(figsize=(6.4, 3.8))[1]
     ax.plot(gammas, textbook, "s--", color="grey", label="textbook (Theorem 3.8)")
-    ax.plot(gammas, generalized, "o-", color="C0", label="generalised (measured t(k), overhead)")
-    ax.plot(gammas, measured, "D", color="C3", ms=8, label="measured")
+    ax.plot(gammas, generalized, "o-", color="C0", label="generalised, from α (measured t(k), h₀ + γh₁)")
+    if from_tau is not None:
+        ax.plot(gammas, from_tau, "^:", color="C2", label="the same costs, from the measured τ")
+    held = [i for i, g in enumerate(gammas) if g not in set(fitted)]
+    ax.plot([gammas[i] for i in held], [measured[i] for i in held], "D", color="C3", ms=8,
+            label="measured (held-out γ)")
+    fit = [i for i, g in enumerate(gammas) if g in set(fitted)]
+    if fit:
+        ax.plot([gammas[i] for i in fit], [measured[i] for i in fit], "D", mfc="none", color="C3", ms=8,
+                label="measured (γ the overhead was fitted on)")
     ax.axhline(1, color="black", lw=0.8)
     ax.set(xlabel="draft tokens per iteration, "
                   "γ", ylabel="speedup over plain decoding (×)", xticks=list(gammas),
