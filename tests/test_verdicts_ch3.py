@@ -42,3 +42,27 @@ def test_floating_point_verdicts_follow_the_measurements():
     assert "a near-tie" in tie and "agree on 5" in tie
     assert "rounds differently" in greedy_divergence_verdict("bfloat16", 32, 5, " a", " the", gap=0.2,
                                                              rounding=0.05)
+
+
+def test_false_rejection_note_follows_the_significance_level():
+    import pytest
+
+    from specdec_ref.chapters.verdicts.ch3 import false_rejection_note
+    assert "one test in 1,000 " in false_rejection_note(0.001)
+    assert "one test in 20 " in false_rejection_note(0.05) and "level 0.05" in false_rejection_note(0.05)
+    with pytest.raises(ValueError, match="significance must be in"):
+        false_rejection_note(0)
+
+
+def test_gallery_verdict_follows_the_bugs_caught_and_the_tests_passed():
+    from specdec_ref.chapters.verdicts.ch3 import gallery_verdict
+    bugs, ours = {"a": 1e-9, "b": 1e-7}, {"x": 0.5, "y": 0.2}
+    both = gallery_verdict(bugs, ours, 0.001)
+    assert "rejects all 2 broken samplers, and all 2 tests" in both and "state both" in both
+    assert "once in 1,000 runs" in both
+    missed = gallery_verdict({"a": 1e-9, "b": 0.3}, ours, 0.001)
+    assert "1 of the 2 broken samplers (not rejected at this sample size: b)" in missed
+    assert "state both" not in missed and "needs more samples" in missed
+    failed = gallery_verdict(bugs, {"x": 0.5, "y": 1e-5}, 0.001)
+    assert "1 of the 2 tests of our sampler reject it (y)" in failed and "another SEED" in failed
+    assert "once in 20 runs" in gallery_verdict(bugs, ours, 0.05)

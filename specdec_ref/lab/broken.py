@@ -84,6 +84,40 @@ class DraftProcessedDifferently:
         self.drafter.sync(n_kept, target_hidden)
 
 
+def draft_greedy_while_target_samples(drafter) -> DraftProcessedDifferently:
+    """Bug: the draft proposes its argmax while the target samples, and verify is told the distribution the
+    draft would have sampled from.
+
+    Reported in Hugging Face transformers issue #32867 (https://github.com/huggingface/transformers/issues/32867):
+    assisted generation forced the assistant to decode greedily, for more matches, while the acceptance ratio
+    still divided by the assistant's sampling probabilities; PR #33534 made the assistant sample whenever the
+    main model samples. A special case of `DraftProcessedDifferently`: greedy is the processing the draft
+    really used.
+    """
+    return DraftProcessedDifferently(drafter, actual=SamplingConfig(temperature=0))
+
+
+def verify_draft_prob_one(draft_tokens, draft_probs, target_probs,
+                          generator=None):  # [γ], [γ, V], [γ+1, V] -> (n, [1])
+    """Bug: accept a sampled draft token x with probability p_target(x), as if the draft had proposed it with
+    probability q(x) = 1, while a rejection still draws from the residual of the real p_draft.
+
+    EAGLE's verification code writes q(x) = 1, which a reader questioned in SafeAILab/EAGLE issue #183
+    (https://github.com/SafeAILab/EAGLE/issues/183). There it is meant: EAGLE chooses its draft tokens by
+    top-k, deterministically, and after a rejection resamples from p_target with the rejected token removed.
+    With a draft that samples x ~ p_draft and the residual max(p_target - p_draft, 0), the same q(x) = 1
+    delivers p_draft(x) * p_target(x) on the accepted path instead of min(p_target, p_draft)(x), and the
+    residual no longer makes up the difference: the output is wrong.
+    """
+    for i in range(draft_tokens.shape[0]):
+        x = draft_tokens[i]
+        u = torch.rand((), generator=generator, device=target_probs.device, dtype=target_probs.dtype)
+        if u * 1.0 < target_probs[i, x]:  # the bug: 1.0 where verify has draft_probs[i, x]
+            continue
+        return i, sample(residual(target_probs[i], draft_probs[i]), generator)
+    return draft_tokens.shape[0], sample(target_probs[-1], generator)
+
+
 @contextlib.contextmanager
 def swapped(name: str, fn: Callable):
     """Replace `specdec_ref.generate.<name>` by fn inside the block (tests, chapter 3 and the checkers
@@ -139,8 +173,10 @@ def step_target_unprocessed(target_lm, drafter, tokens, gamma, sampling,
     """Bug: the target's logits go through a plain softmax (no temperature, top-k, top-p) while the draft's
     are processed.
 
-    The draft and the target are then processed differently, the mistake behind Hugging Face bugs #32867 and
-    #47932.
+    Reported and fixed in vLLM pull request #10198 (https://github.com/vllm-project/vllm/pull/10198), which
+    applies the request's sampling parameters to the target probabilities its rejection sampler compares.
+    Verify then tests the draft against a distribution the target is not asked to sample from: at
+    temperature 1 with no top-k or top-p nothing changes, at any other setting the output is wrong.
     """
     from .. import generate
     original = generate.logits_to_probs

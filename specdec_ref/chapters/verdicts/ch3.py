@@ -31,6 +31,14 @@ def configs_verdict(p_values: Mapping[str, float], n: int, significance: float) 
             f"smallest p-value {smallest:.2g}, {n} samples each).")
 
 
+def false_rejection_note(significance: float) -> str:
+    """Chapter 3: how often a correct sampler is rejected at this significance level, in words."""
+    if not 0 < significance < 1:
+        raise ValueError(f"significance must be in (0, 1), got {significance!r}: use e.g. stats.SIGNIFICANCE")
+    return (f"about one test in {round(1 / significance):,} should reject a correct sampler at significance "
+            f"level {significance:g}")
+
+
 def two_sample_verdict(p_value: float, n: int, significance: float) -> str:
     """Chapter 3: does the two-sample test tell speculative samples from the target's own samples?"""
     if p_value >= significance:
@@ -79,6 +87,29 @@ def broken_sampler_summary(p_values: Mapping[str, float], significance: float) -
         return f"the same tests reject all {len(p_values)} broken samplers"
     return (f"the same tests reject {len(p_values) - len(missed)} of {len(p_values)} broken samplers (not "
             f"rejected at this sample size: {', '.join(missed)})")
+
+
+def gallery_verdict(broken_p: Mapping[str, float], ours_p: Mapping[str, float], significance: float) -> str:
+    """Chapter 3: does the gallery show both halves of a test's worth, the bugs it catches and the correct
+    sampler it passes?"""
+    missed = [name for name, p in broken_p.items() if p >= significance]
+    failed = [name for name, p in ours_p.items() if p < significance]
+    caught = (f"all {len(broken_p)} broken samplers" if not missed else
+              f"{len(broken_p) - len(missed)} of the {len(broken_p)} broken samplers (not rejected at this "
+              f"sample size: {', '.join(missed)})")
+    passed = (f"all {len(ours_p)} tests of our sampler pass" if not failed else
+              f"{len(failed)} of the {len(ours_p)} tests of our sampler reject it ({', '.join(failed)})")
+    odds = f"a correct sampler fails each test about once in {round(1 / significance):,} runs"
+    lead = f"The sequence-level test on the toy pair rejects {caught}"
+    level = f"at significance level {significance:g}"
+    if not failed and not missed:
+        return (f"{lead}, and {passed}, {level}. So these tests state both what they cost and what they "
+                f"catch: {odds}, and each bug above moves the output far enough to be seen at the sample "
+                "size it ran on.")
+    if not failed:
+        return (f"{lead}, and {passed}, {level}: {odds}, and a bug it missed needs more samples before the "
+                "test can be said to catch it.")
+    return f"{lead}, but {passed} {level}: {odds}, so rerun with another SEED before suspecting the sampler."
 
 
 def near_tie_verdict(dtype: str, n_below: int, flips: int) -> str:
