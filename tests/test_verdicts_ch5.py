@@ -11,7 +11,7 @@ def test_draft_limit_verdict_names_the_lower_ceiling():
 def test_int8_draft_verdict_follows_cost_and_alpha():
     from specdec_ref.chapters.verdicts.ch5 import int8_draft_verdict
     cheap, slow = int8_draft_verdict(0.95, 0.6), int8_draft_verdict(1.0, 1.3)
-    assert "costs 0.60 of a float32" in cheap and "keeps α at 0.950, below 1" in cheap
+    assert "costs 0.60 of a float32" in cheap and "keeps α₁ at 0.950, below 1" in cheap
     assert "saves no time" in slow and "reached 1" in slow
 
 
@@ -109,3 +109,42 @@ def test_coverage_depth_verdict_follows_the_measured_coverage():
     flat = [{1: 0.40, 4: 0.60}, {1: 0.41, 4: 0.62}]
     assert "holds near 0.40" in coverage_depth_verdict(flat, 4, 50)
     assert "room" in coverage_depth_verdict(flat, 4, 50)
+
+
+def test_draft_limit_and_loss_verdicts_name_the_teacher_forced_alpha():
+    from specdec_ref.chapters.verdicts.ch5 import draft_limit_verdict, int8_draft_verdict, loss_verdict
+    assert "1 − α₁ = 0.70" in draft_limit_verdict("early exit", 0.3, 0.08)
+    assert "keeps α₁ at" in int8_draft_verdict(0.95, 0.6)
+    assert "higher α₁ at T = 1" in loss_verdict(0.60, 0.50, 16)
+
+
+def test_prediction_verdict_is_silent_without_a_prediction_and_follows_the_gap():
+    import pytest
+
+    from specdec_ref.chapters.verdicts.ch5 import prediction_verdict as v
+    assert v(None, 0.97, "α₁") == ""
+    assert "within 0.05 of your prediction" in v(0.95, 0.97, "α₁")
+    assert "0.47 higher than you predicted" in v(0.50, 0.97, "α₁")
+    assert "0.30 lower than you predicted" in v(0.90, 0.60, "α₁")
+    for bad in (1.5, -0.1, "0.9", True):
+        with pytest.raises(ValueError, match="MY_PREDICTION must be a number between 0 and 1"):
+            v(bad, 0.9, "α₁")
+
+
+def test_launch_prediction_note_names_its_assumption():
+    import pytest
+
+    from specdec_ref.chapters.verdicts.ch5 import launch_prediction_note
+    note = launch_prediction_note(5.0, "H100 SXM")
+    assert note.startswith("predicted, not measured") and "LAUNCH_US = 5 µs" in note and "H100 SXM" in note
+    assert "LAUNCH_US = 10 µs" in launch_prediction_note(10.0, "H100 SXM")
+    with pytest.raises(ValueError, match="LAUNCH_US must be > 0"):
+        launch_prediction_note(0.0, "H100 SXM")
+
+
+def test_launch_regime_verdict_flips_with_the_launch_cost():
+    from specdec_ref.chapters.verdicts.ch5 import launch_regime_verdict as v
+    # 200 ops; 1 GB at 1 TB/s is 1 ms
+    assert "launch-bound without CUDA graphs" in v(200, 10.0, 1e9, 1e12)  # 2 ms of launches
+    assert "bandwidth-bound" in v(200, 1.0, 1e9, 1e12)  # 0.2 ms of launches
+    assert "2.00 ms" in v(200, 10.0, 1e9, 1e12) and "1.00 ms" in v(200, 10.0, 1e9, 1e12)

@@ -92,3 +92,37 @@ def test_topk_mass_verdict_follows_beta_and_the_mass():
     assert "keeps less than a sampled chain" in topk_mass_verdict(0.8, 0.5, 3)
     assert "still keeps more" in topk_mass_verdict(0.5, 0.8, 3)
     assert "level" in topk_mass_verdict(0.6, 0.61, 3)
+
+
+def test_hf_gamma_verdict_reads_the_speed_gap_only_when_hf_drafted_gamma():
+    from specdec_ref.chapters.verdicts.ch6 import hf_gamma_verdict as v
+    alike = v(2.9, 0.97, 3)
+    assert "close to γ = 3" in alike and "did not apply them" in alike
+    assert "a reading, not a measurement" in alike
+    unlike = v(1.2, 1.1, 3)
+    assert "not γ = 3" in unlike and "mix draft length with loop cost" in unlike
+    assert "made no difference" in unlike and "beyond the model passes" not in unlike
+
+
+def test_tau_time_verdict_says_whether_the_two_comparisons_agree():
+    from specdec_ref.chapters.verdicts.ch6 import tau_time_verdict as v
+    assert v(2.0, 1.6, 1.3, 1.1) == "Here the two comparisons agree: the tree is ahead of the chain in both."
+    rows = v(2.0, 1.6, 1.0, 1.1)
+    assert "disagree" in rows and "ahead of the chain in tokens per target pass but behind it" in rows
+    assert "extra rows cost more time" in rows
+    noise = v(1.6, 1.6, 1.3, 1.1)
+    assert "level with the chain in tokens per target pass but ahead of it" in noise and "noise" in noise
+
+
+def test_batch_speedup_reduces_to_chapter_4s_generalised_speedup_at_batch_one():
+    import pytest
+
+    from specdec_ref.chapters.production import batch_speedup
+    from specdec_ref.lab.speedup import generalized_speedup
+    costs = {(1, 1): 10.0, (1, 4): 12.0, (8, 1): 14.0, (8, 4): 30.0}
+    draft = {(1, 1): 2.0, (8, 1): 3.0}
+    want = generalized_speedup(0.7, 3, 0.2, 1.2, 0.3)
+    assert batch_speedup(costs, draft, 0.7, 3, 1, overhead=0.3) == pytest.approx(want)
+    assert batch_speedup(costs, draft, 0.7, 3, 1) > batch_speedup(costs, draft, 0.7, 3, 1, overhead=0.3)
+    at_8 = generalized_speedup(0.7, 3, 3 / 14, 30 / 14)
+    assert batch_speedup(costs, draft, 0.7, 3, 8) == pytest.approx(at_8)

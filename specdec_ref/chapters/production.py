@@ -119,15 +119,20 @@ def interp_cost(costs: Costs, B: float, k: float) -> float:
     return float(np.interp(B, Bs, at_B))
 
 
-def batch_speedup(costs: Costs, draft_costs: Costs, alpha: float, gamma: int, B: float) -> float:
-    """Predicted speedup at batch size B: eq. (eq-generalized) with c and t(γ+1)/t(1) measured at that B.
+def batch_speedup(costs: Costs, draft_costs: Costs, alpha: float, gamma: int, B: float, *,
+                  overhead: float = 0.0) -> float:
+    """Predicted speedup at batch size B, eq. (eq-batch-speedup): eq. (eq-generalized) with c(B),
+    t(B, γ+1)/t(B, 1) and h(B) at that B.
 
-    c(B) = t_draft(B, 1) / t(B, 1); verify cost t(B, γ+1) / t(B, 1). Every sequence in the batch is assumed
-    to accept α per token (a batch waits for none: each sequence keeps its own accepted tokens).
+    c(B) = t_draft(B, 1) / t(B, 1); verify cost t(B, γ+1) / t(B, 1); overhead is h(B), the loop's time per
+    iteration outside the model passes in units of t(B, 1) (at B = 1, chapter 4's h, so S(1) is chapter 4's
+    S_gen). The default 0 prices the model passes alone: an upper bound for a loop with overhead. Every
+    sequence in the batch is assumed to accept α per token (a batch waits for none: each sequence keeps its
+    own accepted tokens).
     """
     t1 = interp_cost(costs, B, 1)
     return generalized_speedup(alpha, gamma, interp_cost(draft_costs, B, 1) / t1,
-                               interp_cost(costs, B, gamma + 1) / t1)
+                               interp_cost(costs, B, gamma + 1) / t1, overhead)
 
 
 @dataclass(frozen=True)

@@ -19,23 +19,23 @@ def _listed(items: Sequence[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def draft_limit_verdict(name: str, alpha: float, c: float) -> str:
+def draft_limit_verdict(name: str, alpha1: float, c: float) -> str:
     """Chapter 5: what holds a draft back. Even a free draft gives at most 1/(1 − α),
     even a perfect one at most 1/c; the lower of the two ceilings names the limit (agreement if 1 − α > c,
-    else cost)."""
-    if 1 - alpha > c:
-        return f"the {name} is held back by its agreement (1 − α = {1 - alpha:.2f} exceeds c = {c:.3f})"
-    return f"the {name} is held back by its cost (c = {c:.3f} exceeds 1 − α = {1 - alpha:.2f})"
+    else cost). alpha1: the teacher-forced α₁, which the chapter puts in for α."""
+    if 1 - alpha1 > c:
+        return f"the {name} is held back by its agreement (1 − α₁ = {1 - alpha1:.2f} exceeds c = {c:.3f})"
+    return f"the {name} is held back by its cost (c = {c:.3f} exceeds 1 − α₁ = {1 - alpha1:.2f})"
 
 
-def int8_draft_verdict(alpha: float, c: float) -> str:
+def int8_draft_verdict(alpha1: float, c: float) -> str:
     """Chapter 5: what the int8 copy's step saves against the float32 target here,
-    and whether α stayed below 1."""
+    and whether its teacher-forced α₁ stayed below 1."""
     cost = (f"its step costs {c:.2f} of a float32 target step on this machine" if c < 1 else
             f"its step costs {c:.2f}× a float32 target step on this machine: int8 saves no time here")
-    agree = (f"dynamic quantisation, which also rounds the activations, keeps α at {alpha:.3f}, below "
-             "1" if alpha < 1
-             else "its α reached 1: rounding the activations changed no greedy choice on these prompts")
+    agree = (f"dynamic quantisation, which also rounds the activations, keeps α₁ at {alpha1:.3f}, below "
+             "1" if alpha1 < 1
+             else "its α₁ reached 1: rounding the activations changed no greedy choice on these prompts")
     return f"{cost}; {agree}"
 
 
@@ -63,8 +63,8 @@ def measured_vs_predicted_verdict(pairs: Mapping[str, tuple[float, float]], marg
 
 
 def loop_alpha_verdict(pairs: Mapping[str, tuple[float, float]], margin: float = 0.02) -> str:
-    """Chapter 5: the loop's α (`Stats.alpha`, every draft position) against the teacher-forced α
-    at position 1.
+    """Chapter 5: the loop's α (`Stats.alpha`, every draft position) against the teacher-forced α₁
+    (the first draft position).
 
     pairs: draft name -> (teacher-forced α, in-loop α); a NaN in-loop α
     (nothing drafted in the loop) is skipped.
@@ -162,13 +162,14 @@ def training_verdict(first: float, last: float, margin: float = 0.01) -> str:
 
 
 def loss_verdict(kl_alpha: float, tv_alpha: float, steps: int, tol: float = 0.03) -> str:
-    """Chapter 5: which distillation loss trained to the higher held-out α at T = 1, or a tie within `tol`."""
+    """Chapter 5: which distillation loss trained to the higher held-out α₁ at T = 1,
+    or a tie within `tol`."""
     side = compare(kl_alpha, tv_alpha, tol, relative=False)
     if side == "level":
         return (f"At this scale the two losses end within {tol} of each other ({kl_alpha:.3f} and "
                 f"{tv_alpha:.3f}): the point here is the mechanics.")
     better = "KL" if side == "higher" else "TV"
-    return (f"Here {better} trained to the higher α at T = 1 in {steps} steps ({kl_alpha:.3f} with KL, "
+    return (f"Here {better} trained to the higher α₁ at T = 1 in {steps} steps ({kl_alpha:.3f} with KL, "
             f"{tv_alpha:.3f} with TV).")
 
 
@@ -196,3 +197,46 @@ def coverage_depth_verdict(by_depth: Sequence[Mapping[int, float]], wide: int, p
         room = (f"its top-{wide} guesses add little there ({wide_last:.2f}): a tree's extra children would "
                 "rarely help")
     return f"Over {positions} answer positions, the feature draft's top-1 coverage {trend}, and {room}."
+
+
+def prediction_verdict(predicted: float | None, measured: float, what: str, tol: float = 0.05) -> str:
+    """Chapter 5's "predict, then run": the reader's prediction of `what` against the measurement
+    (`tol`: absolute). None (no prediction written) gives an empty string, so the cell prints nothing."""
+    if predicted is None:
+        return ""
+    if isinstance(predicted, bool) or not isinstance(predicted, (int, float)) or not 0 <= predicted <= 1:
+        raise ValueError(f"MY_PREDICTION must be a number between 0 and 1 (a share of positions), got "
+                         f"{predicted!r}; set it to, say, 0.8, or to None to skip the comparison")
+    head = f"You predicted {predicted:.2f} for {what}; the measurement is {measured:.2f}"
+    side = compare(measured, predicted, tol, relative=False)
+    if side == "level":
+        return f"{head}: within {tol} of your prediction."
+    more = "higher" if side == "higher" else "lower"
+    return (f"{head}, {abs(measured - predicted):.2f} {more} than you predicted. Before reading on, ask "
+            "which of your assumptions the measurement contradicts.")
+
+
+def launch_prediction_note(launch_us: float, spec_name: str) -> str:
+    """Chapter 5: what the GPU depth-ratio assumes where no GPU is present (a prediction, not a
+    measurement)."""
+    if launch_us <= 0:
+        raise ValueError(f"LAUNCH_US must be > 0 µs, got {launch_us}: it is the assumed cost of one kernel "
+                         "launch (5 µs is a common rough figure)")
+    return (f"predicted, not measured: there is no GPU here, so it assumes that every torch operation is one "
+            f"kernel launch costing LAUNCH_US = {launch_us:g} µs (an assumption, not a spec-sheet figure), "
+            f"run one after another with no CUDA graphs, plus the time to read the bfloat16 weights at the "
+            f"{spec_name}'s spec-sheet bandwidth")
+
+
+def launch_regime_verdict(n_ops: int, launch_us: float, weight_bytes: float, bandwidth: float,
+                          name: str = "this draft") -> str:
+    """Chapter 5: is a draft's step launch-bound or bandwidth-bound on paper? Launches: n_ops × launch_us
+    (assumed); weights: weight_bytes / bandwidth. Whichever is larger bounds the step, so it says whether c
+    follows the operation count or the bytes (a prediction from an assumed launch cost)."""
+    launches, read = n_ops * launch_us * 1e-6, weight_bytes / bandwidth
+    both = (f"{name}'s {n_ops} launches would take {launches * 1e3:.2f} ms at an assumed {launch_us:g} µs "
+            f"each, and reading its weights {read * 1e3:.2f} ms")
+    if launches > read:
+        return (f"{both}: launch-bound without CUDA graphs, so its c would follow the operation count, "
+                "not the bytes")
+    return f"{both}: bandwidth-bound, so its c would follow the bytes"

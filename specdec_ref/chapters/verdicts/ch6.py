@@ -189,3 +189,41 @@ def overhead_verdict(ours_ms: float, hf_ms: float) -> str:
                 f"Face's {hf_ms:.1f} ms")
     return (f"our loop spends {ours_ms:.1f} ms per target pass outside the models, more than Hugging Face's "
             f"{hf_ms:.1f} ms")
+
+
+def hf_gamma_verdict(config_passes: float, keyword_passes: float, gamma: int, tol: float = 0.5) -> str:
+    """Chapter 6: did Hugging Face draft γ tokens per iteration with the settings on the draft's config
+    (config_passes: draft passes per target pass, at most γ; within `tol` of γ counts as γ), and did the same
+    settings passed to generate() as keywords change anything? Says what the speed comparison can then
+    tell apart."""
+    near = compare(config_passes, gamma, tol, relative=False) == "level"
+    moved = compare(keyword_passes, config_passes, tol, relative=False) != "level"
+    keywords = (f"passed as keywords they drafted {keyword_passes:.2f}, so that route did not apply them"
+                if moved else
+                f"passed as keywords they drafted {keyword_passes:.2f}, about as many: on this run the route "
+                "made no difference")
+    head = (f"With our settings on the draft's config, Hugging Face drafted {config_passes:.2f} tokens per "
+            "target pass")
+    if near:
+        return (f"{head}, close to γ = {gamma}; {keywords}. Both loops then draft γ tokens with the same "
+                "model and accept by the same greedy rule, so the gap between their speeds lies in what each "
+                "iteration costs beyond the model passes (a reading, not a measurement: this chapter does "
+                "not time Hugging Face's loop by parts; chapter 4's `diagnose` measures ours)")
+    return (f"{head}, not γ = {gamma}; {keywords}. The two loops did not draft alike here, so their speeds "
+            "mix draft length with loop cost")
+
+
+def tau_time_verdict(tau_tree: float, tau_chain: float, speed_tree: float, speed_chain: float,
+                     margin: float = 0.03) -> str:
+    """Chapter 6: do the tree-against-chain comparisons in tokens per target pass (τ) and in time point
+    the same way? Speeds: speedups over plain decoding. Ties within `margin` (relative)."""
+    by_tau, by_time = compare(tau_tree, tau_chain, margin), compare(speed_tree, speed_chain, margin)
+    word = {"higher": "ahead of", "lower": "behind", "level": "level with"}
+    if by_tau == by_time:
+        return f"Here the two comparisons agree: the tree is {word[by_tau]} the chain in both."
+    rank = {"lower": 0, "level": 1, "higher": 2}
+    why = ("its extra rows cost more time than its extra tokens saved" if rank[by_time] < rank[by_tau] else
+           "its iterations cost less time than the chain's (fewer draft passes), or timing noise is larger "
+           "than the difference")
+    return (f"Here they disagree: the tree is {word[by_tau]} the chain in tokens per target pass but "
+            f"{word[by_time]} it on the clock, so {why}.")
