@@ -127,6 +127,7 @@ def test_position_verdict_flips_with_the_counts():
     assert "look alike" in alike and "not alike" not in alike
     assert "not alike, and the first is the easier" in early
     assert "not alike, and the later ones" in late
+    assert all("not tested here" in v for v in (early, late))  # causes are offered, never asserted
     assert "Too few" in position_verdict([3], [10])
 
 

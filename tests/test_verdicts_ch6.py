@@ -41,8 +41,10 @@ def test_distribution_verdict_flips_at_the_level():
 
 def test_lookup_verdict_says_free_only_within_the_margin():
     from specdec_ref.chapters.verdicts.ch6 import lookup_verdict
-    assert ("costs almost nothing extra" in lookup_verdict(2.0, 0.98)
+    assert ("cost almost nothing extra" in lookup_verdict(2.0, 0.98)
             and "it paid" in lookup_verdict(2.0, 0.98))
+    assert "safe default" not in lookup_verdict(2.0, 0.98)  # one prompt supports no general advice
+    assert "cost almost nothing extra" not in lookup_verdict(2.0, 0.8)
     slow = lookup_verdict(0.9, 0.8)
     assert "a cost of 20%" in slow and "not free" in slow and "did not pay" in slow
     assert "found stretches to copy" in lookup_verdict(1.5, 1.3)
@@ -51,6 +53,8 @@ def test_lookup_verdict_says_free_only_within_the_margin():
 def test_roofline_turn_verdict_compares_the_measured_rise_with_the_ridge():
     from specdec_ref.chapters.verdicts.ch6 import roofline_turn_verdict
     assert "sooner than the roofline says" in roofline_turn_verdict(8, 64, 128)
+    assert "chapter 1 found" not in roofline_turn_verdict(8, 64, 128)  # a cause is offered, not asserted
+    assert "not tested here" in roofline_turn_verdict(8, 64, 128)
     assert "sooner than the roofline says" in roofline_turn_verdict(8, None, 128)
     assert "roofline predicts" in roofline_turn_verdict(64, 32, 128)
     assert "stays nearly free" in roofline_turn_verdict(None, None, 128)
@@ -126,3 +130,16 @@ def test_batch_speedup_reduces_to_chapter_4s_generalised_speedup_at_batch_one():
     assert batch_speedup(costs, draft, 0.7, 3, 1) > batch_speedup(costs, draft, 0.7, 3, 1, overhead=0.3)
     at_8 = generalized_speedup(0.7, 3, 3 / 14, 30 / 14)
     assert batch_speedup(costs, draft, 0.7, 3, 8) == pytest.approx(at_8)
+
+
+def test_tree_prediction_verdict_flips_with_the_measurement_and_refuses_a_bad_guess():
+    import pytest
+
+    from specdec_ref.chapters.verdicts.ch6 import tree_prediction_verdict
+    assert tree_prediction_verdict(None, 1.3, 1.1) == ""
+    assert "and it was faster" in tree_prediction_verdict("tree", 1.3, 1.1)
+    assert "but the chain was faster" in tree_prediction_verdict("tree", 1.0, 1.2)
+    assert "but the tree was faster" in tree_prediction_verdict("chain", 1.3, 1.1)
+    assert "level" in tree_prediction_verdict("chain", 1.20, 1.19)
+    with pytest.raises(ValueError, match='"tree", "chain" or None'):
+        tree_prediction_verdict("the tree", 1.3, 1.1)

@@ -247,12 +247,13 @@ def position_verdict(accepted: Sequence[int], examined: Sequence[int], z: float 
                 "the positions look alike, as the i.i.d. model assumes.")
     if side == "higher":
         return (f"The difference, {p1 - p2:+.2f}, is beyond {z:g} standard errors ({se:.2f}): the positions "
-                "are not alike, and the first is the easier one. The draft's first guess follows the "
-                "target's own last token; every further guess builds on guesses, so its errors compound.")
+                "are not alike, and the first is the easier one. One explanation, not tested here: the "
+                "draft's first guess follows the target's own last token, while every further guess builds "
+                "on guesses, so its errors may compound.")
     return (f"The difference, {p1 - p2:+.2f}, is beyond {z:g} standard errors ({se:.2f}): the positions are "
-            "not alike, and the later ones, once reached, are the easier ones. Acceptances cluster: on a "
-            "predictable stretch (a list, a stock phrase) the draft tends to stay right, so reaching "
-            "position i is itself evidence that position i is easy.")
+            "not alike, and the later ones, once reached, are the easier ones. One explanation, not tested "
+            "here: acceptances may cluster, on a predictable stretch (a list, a stock phrase) the draft "
+            "staying right, so that reaching position i is itself evidence that position i is easy.")
 
 
 def geometric_fit_verdict(accepted: Sequence[int], gamma: int, alpha: float, z: float = 2.0) -> str:

@@ -78,8 +78,8 @@ def lookup_verdict(rewrite: float, free_text: float, margin: float = 0.05) -> st
              "level": ", level with it."}[compare(rewrite, 1.0, margin)])
     side = compare(free_text, 1.0, margin)
     if side == "level":
-        rest = (f" On free text it ran at {free_text:.2f}×, within {margin:.0%} of plain decoding: where it "
-                "finds little to copy it costs almost nothing extra, a safe default for editing workloads.")
+        rest = (f" On the free-text prompt it ran at {free_text:.2f}×, within {margin:.0%} of plain "
+                "decoding: on that one prompt, where it found little to copy, it cost almost nothing extra.")
     elif side == "lower":
         rest = (f" On free text it ran at {free_text:.2f}×, a cost of {1 - free_text:.0%}: here it is not "
                 "free where it finds little to copy (every guess it makes, right or wrong, is a token the "
@@ -112,8 +112,10 @@ def roofline_turn_verdict(measured: int | None, roofline: int | None, largest: i
             f"The measured curve stays within {rise}× one token up to B·k = {largest} tokens")
     if measured is not None and (roofline is None or measured < roofline):
         where = f"the roofline's {roofline}" if roofline is not None else f"the grid's {largest}"
-        return (seen + f", before {where}: as chapter 1 found, small matrix products on this machine reach "
-                "neither roof, so the verify pass of a batch stops being free sooner than the roofline says.")
+        return (seen + f", before {where}: on this machine the verify pass of a batch stops being free "
+                "sooner than the roofline says. The roofline counts bytes and FLOPs only; one possible "
+                "cause, not tested here, is a matrix kernel that is less efficient at small sizes than "
+                "either roof assumes (the CPU kernels appendix measures this).")
     if measured is None:
         return seen + ": on this grid a batch's verify pass stays nearly free, as the roofline says."
     return (seen + f", at or after the roofline's {roofline}: the roofline predicts where the verify pass "
@@ -180,6 +182,27 @@ def tree_vs_chain_verdict(tree: float, chain: float, tree_label: str = "the "
         return f"{tree_label} and {chain_label} are level here ({tree:.2f} vs {chain:.2f})"
     better, worse = (tree_label, chain_label) if side == "higher" else (chain_label, tree_label)
     return f"{better} is ahead of {worse} here ({max(tree, chain):.2f} vs {min(tree, chain):.2f})"
+
+
+def tree_prediction_verdict(prediction: str | None, tree: float, chain: float, margin: float = 0.03) -> str:
+    """Chapter 6's predict-then-run: the reader's guess of which runs faster, "tree" or "chain", against the
+    measured speedups over plain decoding (level within `margin`, relative, as `tree_vs_chain_verdict`).
+    None (no guess written down): an empty string."""
+    if prediction is None:
+        return ""
+    if prediction not in ("tree", "chain"):
+        raise ValueError(f'MY_PREDICTION must be "tree", "chain" or None, got {prediction!r}: write '
+                         'MY_PREDICTION = "tree" if you expect the dynamic tree to be faster here')
+    side = compare(tree, chain, margin * max(tree, chain), relative=False)
+    measured = f"(tree {tree:.2f}×, chain {chain:.2f}× plain decoding)"
+    if side == "level":
+        return (f"You predicted the {prediction}; they came out level within {margin:.0%} {measured}: "
+                "the extra tokens per pass and the extra rows per pass cancelled out here.")
+    winner = "tree" if side == "higher" else "chain"
+    if winner == prediction:
+        return f"You predicted the {prediction}, and it was faster {measured}."
+    return (f"You predicted the {prediction}, but the {winner} was faster {measured}: which did you weigh "
+            "wrong, the tokens a tree adds per pass or what its extra rows cost on this machine?")
 
 
 def overhead_verdict(ours_ms: float, hf_ms: float) -> str:
