@@ -94,8 +94,10 @@ def student_copy(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
         if is_solution_markdown(cell):
             text, _ = strip_solution_blocks(cell.source)
             whole = SOLUTION_TAG in tags(cell) or text.strip() == STUB_TEXT
-            out.cells.append(nbformat.v4.new_markdown_cell(STUB_TEXT if whole else text,
-                                                           metadata={"tags": [STUB_TAG]}))
+            stub = nbformat.v4.new_markdown_cell(STUB_TEXT if whole else text, metadata={"tags": [STUB_TAG]})
+            if "id" in cell:  # the chapter's own id, so that the same chapter always makes the same copy
+                stub.id = cell.id
+            out.cells.append(stub)
         elif not is_solution_code(cell, previous):
             cell = nbformat.from_dict(dict(cell))
             if cell.cell_type == "code":

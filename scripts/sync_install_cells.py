@@ -119,7 +119,7 @@ def sync(path: Path, commit: str) -> bool:
     source = INSTALL_LINE.sub(lambda m: m.group(1) + install_args(commit), cell.source)
     metadata = {**nb.metadata, **COLAB_METADATA}
     title = next((c for c in nb.cells if c.cell_type == "markdown"), None)
-    linked = title.source if title is None else with_colab_link(title.source, path.name)
+    linked = None if title is None else with_colab_link(title.source, path.name)
     if source == cell.source and metadata == dict(nb.metadata) and (title is None or linked == title.source):
         return False
     cell.source = source
