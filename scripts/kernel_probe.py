@@ -7,6 +7,7 @@ Paths (the offline target, in the project's dtype for this CPU, a 200-token cont
   prepacked  today's default: oneDNN-packed linear layers (kernels.prepack_for_cpu, batch-size hint 8), eager
   hint1      the same with `_reorder_linear_weight`'s batch-size hint at 1 (hint16: at 16)
   plain      F.linear on the unpacked weights (SPECDEC_PREPACK=0), eager
+  eagerattn  prepacked, with transformers' "eager" attention (matmul, softmax, matmul) instead of SDPA
   inductor   torch.compile with freezing, mode max-autotune-no-cudagraphs and the GEMM backends CPP and ATen
              (Inductor's C++ micro-GEMM where it wins its autotuning), static shapes: one graph per k, over
              the static KV cache (cache.StaticCachedModel); the compile time of every k is printed
@@ -57,6 +58,12 @@ def prepacked(model, hint: int):
     return packed
 
 
+def with_eager_attention(model):
+    """The model with transformers' matmul-softmax-matmul attention instead of SDPA's kernel."""
+    model.set_attn_implementation("eager")
+    return model
+
+
 def inductor_lm(model):
     """The static-cache model compiled by Inductor with frozen weights and GEMM autotuning (CPP, ATen)."""
     import torch._inductor.config as inductor
@@ -93,7 +100,7 @@ class Path_:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ks", default="1-16")
-    parser.add_argument("--paths", default="prepacked,hint1,hint16,plain,inductor")
+    parser.add_argument("--paths", default="prepacked,hint1,hint16,plain,eagerattn,inductor")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--json", type=Path, help="write the results here")
@@ -110,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                 "hint1": lambda: cached_model(prepacked(model, 1), name="hint1"),
                 "hint16": lambda: cached_model(prepacked(model, 16), name="hint16"),
                 "plain": lambda: cached_model(model, name="plain"),
+                "eagerattn": lambda: cached_model(with_eager_attention(prepacked(model, 8)), name="eager"),
                 "inductor": lambda: inductor_lm(model)}
     unknown = set(names) - set(builders)
     if unknown:
