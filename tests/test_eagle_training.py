@@ -164,3 +164,25 @@ def test_fused_head_drafts_exactly_and_survives_save_and_load(tmp_path):
         got = sd.speculative_generate(target, drafter, ids, 20, sampling=sd.SamplingConfig(0), **how)
         assert torch.equal(got.tokens, want), how
         assert sum(got.stats.drafted) > 0  # it really drafted
+
+
+def test_wider_head_drafts_exactly_survives_save_and_load_and_refuses_a_bad_width(tmp_path):
+    """A head with a wider MLP (ffn_size) keeps its width through save/load and grow, and drafts exactly."""
+    target, _ = _toy_pair()
+    narrow = target.config.intermediate_size
+    wide = feature_draft.FeatureHead(target, 1, ffn_size=2 * narrow).eval()
+    assert wide.ffn_size == 2 * narrow and wide.body.layers[0].mlp.up_proj.out_features == 2 * narrow
+    assert feature_draft.FeatureHead(target, 1).ffn_size == narrow  # power: the default is the target's
+    feature_draft.save(wide, tmp_path, {})
+    loaded = feature_draft.load(target, tmp_path)
+    assert loaded.ffn_size == 2 * narrow
+    assert feature_draft.grow(loaded, target, 2).ffn_size == 2 * narrow
+    ids = torch.randint(0, 40, (1, 6), generator=torch.Generator().manual_seed(6))
+    want = sd.autoregressive_generate(target, ids, 16, sampling=sd.SamplingConfig(0)).tokens
+    got = sd.speculative_generate(target, FeatureDrafter(loaded), ids, 16, sampling=sd.SamplingConfig(0),
+                                  gamma=2)
+    assert torch.equal(got.tokens, want)
+    with pytest.raises(ValueError, match="ffn_size is the MLP's width"):
+        feature_draft.FeatureHead(target, 1, ffn_size=0)
+    with pytest.raises(ValueError, match="a wider head trains from scratch"):
+        eagle.train(eagle.EagleConfig(init=str(tmp_path), ffn_size=3 * narrow), target, [])

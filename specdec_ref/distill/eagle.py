@@ -65,6 +65,7 @@ class EagleConfig:
     max_new_tokens: int = 192  # answer length cap
     threads: int = 1  # torch threads (1 is faster than 2 when another job shares the 2 cores)
     n_layers: int = 1  # decoder layers in the head
+    ffn_size: int = 0  # the head's MLP width (0: the target's; wider if coverage is capacity-bound)
     # e.g. "2,15,-1": target layers fused at the head's input (EAGLE-3); "": final features
     fuse_layers: str = ""
     # training-time test: passes that feed the head its own features (1: EAGLE-1's objective)
@@ -363,13 +364,17 @@ def train(cfg: EagleConfig, target, feature_paths: list[Path]):
                          "made for another head; use a new --out")
     if cfg.init:  # fine-tune an exported head (e.g. the shipped one) instead of starting from scratch
         head = feature_draft.load(target, cfg.init)
+        if cfg.ffn_size and cfg.ffn_size != head.ffn_size:
+            raise ValueError(f"--init {cfg.init} has an MLP {head.ffn_size} wide, not --ffn-size "
+                             f"{cfg.ffn_size}: a wider head trains from scratch (drop --init)")
         if head.body.config.num_hidden_layers > cfg.n_layers:
             raise ValueError(f"--init {cfg.init} has {head.body.config.num_hidden_layers} layers, "
                              f"more than --n-layers {cfg.n_layers}")
         # starts as the old head
         head = feature_draft.grow(head, target, cfg.n_layers, fuse_layers(cfg)).train()
     else:
-        head = feature_draft.FeatureHead(target, cfg.n_layers, head_vocab(), fuse_layers(cfg)).train()
+        head = feature_draft.FeatureHead(target, cfg.n_layers, head_vocab(), fuse_layers(cfg),
+                                         cfg.ffn_size or None).train()
     params = [p for n, p in head.named_parameters()
               if n.startswith(("fc.", "fuse.", "body.")) and "embed_tokens" not in n]
     for p in head.parameters():

@@ -38,13 +38,17 @@ class FeatureHead(nn.Module):
     """[fuse(3d -> d)], fc(2d -> d), a few Llama decoder layers, and the target's (reduced) output head."""
 
     def __init__(self, target, n_layers: int = 1, keep_ids: torch.Tensor | None = None,
-                 fuse_layers: tuple[int, ...] = ()):
+                 fuse_layers: tuple[int, ...] = (), ffn_size: int | None = None):
         super().__init__()
         t = target.config
         d = t.hidden_size
+        ffn_size = t.intermediate_size if ffn_size is None else int(ffn_size)  # the MLP's width
+        if ffn_size < 1:
+            raise ValueError(f"ffn_size is the MLP's width, a positive number of units, got {ffn_size}: "
+                             f"leave it None for the target's ({t.intermediate_size})")
         keep_ids = (torch.arange(target.get_output_embeddings().weight.shape[0]) if keep_ids is None
                     else keep_ids)
-        config = LlamaConfig(vocab_size=1, hidden_size=d, intermediate_size=t.intermediate_size,
+        config = LlamaConfig(vocab_size=1, hidden_size=d, intermediate_size=ffn_size,
                              num_hidden_layers=n_layers, num_attention_heads=t.num_attention_heads,
                              num_key_value_heads=t.num_key_value_heads, head_dim=getattr(t, "head_dim", None),
                              max_position_embeddings=t.max_position_embeddings, rms_norm_eps=t.rms_norm_eps,
@@ -103,6 +107,11 @@ class FeatureHead(nn.Module):
         return self.head.reduced_logits(features), self.head.keep_ids
 
     @property
+    def ffn_size(self) -> int:
+        """The width of the decoder layers' MLP (the target's unless the head was built wider)."""
+        return self.body.config.intermediate_size
+
+    @property
     def vocab_size(self) -> int:
         return self.head.weight.shape[0]
 
@@ -123,7 +132,7 @@ def grow(head: FeatureHead, target, n_layers: int, fuse_layers: tuple[int, ...] 
     if head.fuse_layers and fuse_layers != head.fuse_layers:
         raise ValueError(f"the head already fuses layers {head.fuse_layers}; "
                          f"cannot change them to {tuple(fuse_layers)}")
-    deeper = FeatureHead(target, n_layers, head.head.keep_ids, fuse_layers)
+    deeper = FeatureHead(target, n_layers, head.head.keep_ids, fuse_layers, head.ffn_size)
     missing, unexpected = deeper.load_state_dict(head.state_dict(), strict=False)
     new = tuple(f"body.layers.{i}." for i in range(n_old, n_layers)) + ("fuse.",)
     if unexpected or any(not k.startswith(new) for k in missing):
@@ -148,7 +157,7 @@ def save(head: FeatureHead, directory: Path, meta: dict) -> None:
              for k, v in trained_state(head).items()}
     save_file(state, directory / "model.safetensors")
     arch = {"n_layers": head.body.config.num_hidden_layers, "n_vocab": int(head.head.keep_ids.shape[0]),
-            "fuse_layers": list(head.fuse_layers)}
+            "fuse_layers": list(head.fuse_layers), "ffn_size": head.ffn_size}
     (directory / "config.json").write_text(json.dumps({**arch, "meta": meta}, indent=1) + "\n")
 
 
@@ -168,7 +177,8 @@ def load(target, directory: Path | str | None = None) -> FeatureHead:
     if state["fc.weight"].shape[0] != target.config.hidden_size:
         raise ValueError(f"this feature head has hidden size {state['fc.weight'].shape[0]}, the target "
                          f"{target.config.hidden_size}: it was trained for another target")
-    head = FeatureHead(target, arch["n_layers"], state["head.keep_ids"], tuple(arch.get("fuse_layers", ())))
+    head = FeatureHead(target, arch["n_layers"], state["head.keep_ids"], tuple(arch.get("fuse_layers", ())),
+                       arch.get("ffn_size"))
     missing, unexpected = head.load_state_dict({k: v.to(target.dtype) if v.is_floating_point() else v
                                                 for k, v in state.items()}, strict=False)
     if unexpected or set(missing) - {"embed.weight", "head.weight", "head.sub_weight",
