@@ -138,9 +138,11 @@ def student_path(path: Path) -> Path:
 def student_text(path: Path) -> str:
     """The student copy of the chapter at `path`, as the file's text."""
     student = student_copy(nbformat.read(path, as_version=4))
-    for cell in student.cells:  # the student copy does not link to itself
+    note = (f"*The student copy of this chapter: no solutions, quick mode on "
+            f"([the chapter with its solutions]({REPO_URL}/blob/main/book/{path.name})).*\n")
+    for cell in student.cells:  # the student copy says what it is instead of linking to itself
         if cell.cell_type == "markdown":
-            cell.source = COLAB_LINK.sub("", cell.source).replace("\n\n\n", "\n\n")
+            cell.source = COLAB_LINK.sub(note, cell.source)
     nbformat.validate(student)
     return nbformat.writes(student) + "\n"
 

@@ -369,6 +369,8 @@ def test_each_chapter_opens_its_student_copy_in_colab(chapter):
     assert sync.colab_link(chapter.name) in title.source, "run `python scripts/sync_install_cells.py`"
     student = nbformat.read(sync.student_path(chapter), as_version=4)
     assert not any(sync.COLAB_LINK.search(c.source) for c in student.cells if c.cell_type == "markdown")
+    first = next(c for c in student.cells if c.cell_type == "markdown")
+    assert "The student copy of this chapter" in first.source and f"/book/{chapter.name})" in first.source
 
 
 def test_the_colab_link_is_written_once_under_the_title():
