@@ -112,3 +112,15 @@ def test_method_taus_counts_tokens_per_target_pass_after_the_prefill():
     taus = method_taus(target, draft, [torch.tensor([[1, 2, 3]])], {"chain γ=3": dict(gamma=3)}, 16,
                        sd.SamplingConfig(0))
     assert taus["chain γ=3"] == pytest.approx(4.0)  # every pass keeps γ + 1 tokens
+
+
+def test_the_best_method_line_says_how_to_run_it():
+    from specdec_ref.lab.diagnose import method_call
+    from specdec_ref.models.method import CANDIDATES, method_name
+    assert method_call("chain γ=3") == "speculative_generate(..., gamma=3)"
+    assert method_call("tree 2/2/4") == ("speculative_generate(..., "
+                                         "tree=sd.TreeBudget(depth=2, topk=2, n_nodes=4))")
+    for m in CANDIDATES:  # every candidate the default choice may name can be written as a call
+        assert method_call(method_name(m)).startswith("speculative_generate(..., ")
+    with pytest.raises(ValueError, match="a method name is"):
+        method_call("tree 2/2")

@@ -57,9 +57,22 @@ def pair(tmp_path, monkeypatch):
     return target, sd.FeatureDrafter(FeatureHead(target).eval())
 
 
-def test_calibration_measures_costs_and_is_cached_per_machine(pair, tmp_path):
+def steady_machine(monkeypatch, factor: float = 1.0) -> None:
+    """The check on cached costs finds the plain step at `factor` times the one the costs were measured at."""
+    monkeypatch.setattr(mm, "current_step_seconds", lambda target, ids: factor * steady_machine.step)
+    real = mm.calibrate
+
+    def calibrate(*args, **kwargs):
+        costs = real(*args, **kwargs)
+        steady_machine.step = costs.step_seconds
+        return costs
+    monkeypatch.setattr(mm, "calibrate", calibrate)
+
+
+def test_calibration_measures_costs_and_is_cached_per_machine(pair, tmp_path, monkeypatch):
     target, drafter = pair
     ids = torch.tensor([[1, 2, 3, 4, 5]])
+    steady_machine(monkeypatch)
     c = mm.calibrated_costs(target, drafter, ids)
     assert c.step_seconds > 0 and 0.2 < c.verify[1] < 5 and min(c.c_pass, c.c_row, c.h0, c.h_sampled) >= 0
     files = list((tmp_path / "calibration").glob("*.json"))
@@ -67,6 +80,30 @@ def test_calibration_measures_costs_and_is_cached_per_machine(pair, tmp_path):
     files[0].write_text(json.dumps({**json.loads(files[0].read_text()), "h0": 123.0}))
     assert mm.calibrated_costs(target, drafter, ids).h0 == 123.0  # read back, not measured again
     assert mm.calibrated_costs(target, drafter, ids, refresh=True).h0 != 123.0
+
+
+def test_cached_costs_are_measured_again_when_the_machine_changed_speed(pair, tmp_path, monkeypatch, capsys):
+    target, drafter = pair
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    steady_machine(monkeypatch)
+    path = mm.cache_path(mm.machine_key(target, drafter))
+    mm.calibrated_costs(target, drafter, ids)
+    saved = json.loads(path.read_text())
+    path.write_text(json.dumps({**saved, "h0": 123.0, "step_seconds": saved["step_seconds"] * 10}))
+    # calibrated under a load that made every step 10x slower: the quiet machine measures again
+    assert mm.calibrated_costs(target, drafter, ids).h0 != 123.0
+    assert "measuring again" in capsys.readouterr().err
+    path.write_text(json.dumps({**saved, "h0": 123.0, "step_seconds": saved["step_seconds"] * 1.2}))
+    assert mm.calibrated_costs(target, drafter, ids).h0 == 123.0  # power: within STEADY it is reused
+
+
+def test_a_calibration_the_machine_drifted_under_is_used_but_not_cached(pair, tmp_path, monkeypatch, capsys):
+    target, drafter = pair
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    steady_machine(monkeypatch, factor=2.0)  # right after calibrating, a step takes twice as long
+    costs = mm.calibrated_costs(target, drafter, ids)
+    assert costs.step_seconds > 0 and not mm.cache_path(mm.machine_key(target, drafter)).exists()
+    assert "not cached" in capsys.readouterr().err
 
 
 def test_defaults_drive_the_one_line_call_greedy_and_sampled_separately(pair):

@@ -19,7 +19,7 @@ from ..cache import CachedModel, vocab_size
 from ..drafters import FeatureDrafter, TreeDrafter, empty_proposal
 from ..generate import as_drafter, autoregressive_generate, speculative_generate
 from ..models.kernels import kernel_path
-from ..models.method import CANDIDATES, calibrate, choose, method_name, timed_steps
+from ..models.method import CANDIDATES, calibrate, choose, method_name, parse_method, timed_steps
 from ..sampling import SamplingConfig
 from .bench import Row, cost_ratio, run_interleaved
 from .compare import target_answers
@@ -304,7 +304,22 @@ def format_report(result: dict) -> str:
         lines += [f"  depth {d}: " + ", ".join(f"top-{k} {x:.2f}" for k, x in zip(ks, row))
                   for d, row in enumerate(cov["by_depth"], 1)]
     lines += ["", result["verdict"]]
+    if result.get("tau_by_method"):  # the verdict above weighs chains by α; this line, every method by τ
+        best = result["best_method"]
+        lines.append(f"Across chains and trees, by measured τ: {best} (predicted "
+                     f"{result['predicted_by_method'][best]:.2f}×, measured "
+                     f"{result['best_method_measured_speedup']:.2f}×); run it with "
+                     f"{method_call(best)}.")
     return "\n".join(lines)
+
+
+def method_call(name: str) -> str:
+    """How to ask speculative_generate for a method named as `models.method.method_name` writes it."""
+    method = parse_method(name)
+    if isinstance(method, TreeBudget):
+        return (f"speculative_generate(..., tree=sd.TreeBudget(depth={method.depth}, topk={method.topk}, "
+                f"n_nodes={method.n_nodes}))")
+    return f"speculative_generate(..., gamma={method})"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -245,13 +245,40 @@ def cache_path(key: str) -> Path:
     return cache_dir() / "calibration" / f"{key}.json"
 
 
+STEADY = 0.3  # cached costs stand while the plain loop's step is within 30% of the step they were measured at
+
+
+@torch.inference_mode()
+def current_step_seconds(target, ids: torch.Tensor) -> float:  # ids [1, T]
+    """The plain loop's step right now, in a fraction of a second (8 tokens): the check on cached costs."""
+    return plain_step_seconds(target, ids, 8)
+
+
 def calibrated_costs(target, drafter, ids: torch.Tensor, *, refresh: bool = False) -> Costs:
-    """`calibrate` once per machine_key; later calls read the cached costs (SPECDEC_CACHE moves the cache)."""
+    """`calibrate` once per machine_key; later calls read the cached costs (SPECDEC_CACHE moves the cache).
+
+    Costs are ratios, so they survive a machine that is busier or quieter than when they were measured, but
+    not one whose speed moved a lot (a calibration under a heavy load prices a draft pass at 0.4 of a target
+    step, when it costs 0.06 on the quiet machine). So a cached calibration is checked against the plain
+    loop's step now and measured again when the two differ by more than STEADY; and a calibration whose own
+    machine changed speed while it ran (the step after it against the step it measured) is used but not
+    cached.
+    """
     path = cache_path(machine_key(target, drafter))
     if path.exists() and not refresh:
         saved = json.loads(path.read_text())
-        return Costs(**{**saved, "verify": {int(k): v for k, v in saved["verify"].items()}})
+        costs = Costs(**{**saved, "verify": {int(k): v for k, v in saved["verify"].items()}})
+        drift = current_step_seconds(target, ids) / costs.step_seconds
+        if abs(drift - 1) <= STEADY:
+            return costs
+        print(f"calibration: a plain step now takes {drift:.2f}× the cached calibration's; measuring again",
+              file=sys.stderr)
     costs = calibrate(target, drafter, ids)
+    drift = current_step_seconds(target, ids) / costs.step_seconds
+    if abs(drift - 1) > STEADY:
+        print(f"calibration: the machine's speed moved while it was measured (a plain step after it took "
+              f"{drift:.2f}× the step it measured): used now, not cached", file=sys.stderr)
+        return costs
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(asdict(costs), indent=1))
     return costs
