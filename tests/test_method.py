@@ -93,6 +93,7 @@ def test_cached_costs_are_measured_again_when_the_machine_changed_speed(pair, tm
     # calibrated under a load that made every step 10x slower: the quiet machine measures again
     assert mm.calibrated_costs(target, drafter, ids).h0 != 123.0
     assert "measuring again" in capsys.readouterr().err
+    steady_machine.step = saved["step_seconds"]  # the machine back at the first calibration's speed
     path.write_text(json.dumps({**saved, "h0": 123.0, "step_seconds": saved["step_seconds"] * 1.2}))
     assert mm.calibrated_costs(target, drafter, ids).h0 == 123.0  # power: within STEADY it is reused
 
