@@ -57,9 +57,14 @@ def pair(tmp_path, monkeypatch):
     return target, sd.FeatureDrafter(FeatureHead(target).eval())
 
 
-def steady_machine(monkeypatch, factor: float = 1.0) -> None:
-    """The check on cached costs finds the plain step at `factor` times the one the costs were measured at."""
+def steady_machine(monkeypatch, factor: float = 1.0, other_load: float = 0.0) -> None:
+    """The check on cached costs finds the plain step at `factor` times the one the costs were measured at;
+    other processes use `other_load` cores meanwhile (nothing else runs, by default, whatever the test
+    machine is doing)."""
     monkeypatch.setattr(mm, "current_step_seconds", lambda target, ids: factor * steady_machine.step)
+    monkeypatch.setattr(mm.LoadMeter, "other_cores", lambda self: other_load)
+    # a tiny model's passes take microseconds, so a busy test machine can make any t(k)/t(1) look impossible
+    monkeypatch.setattr(mm, "impossible_verification", lambda costs: None)
     real = mm.calibrate
 
     def calibrate(*args, **kwargs):
@@ -105,6 +110,43 @@ def test_a_calibration_the_machine_drifted_under_is_used_but_not_cached(pair, tm
     costs = mm.calibrated_costs(target, drafter, ids)
     assert costs.step_seconds > 0 and not mm.cache_path(mm.machine_key(target, drafter)).exists()
     assert "not cached" in capsys.readouterr().err
+
+
+def test_a_calibration_beside_another_job_is_used_but_not_cached(pair, monkeypatch, capsys):
+    target, drafter = pair
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    cores = mm.n_cores()
+    steady_machine(monkeypatch, other_load=cores)  # another job holds every core: the threads share them
+    costs = mm.calibrated_costs(target, drafter, ids)
+    assert mm.contention(costs) is not None and not mm.cache_path(mm.machine_key(target, drafter)).exists()
+    assert "not cached" in capsys.readouterr().err
+    # power: the same calibration with the other job on the cores it leaves free is cached
+    steady_machine(monkeypatch, other_load=max(cores - torch.get_num_threads(), 0))
+    costs = mm.calibrated_costs(target, drafter, ids)
+    assert mm.contention(costs) is None and mm.cache_path(mm.machine_key(target, drafter)).exists()
+
+
+def test_contention_reads_oversubscription_and_impossible_verification_costs():
+    quiet = costs(0.05)
+    quiet.threads, quiet.cores, quiet.other_load = 2, 2, 0.1
+    assert mm.contention(quiet) is None
+    busy = mm.Costs(**{**quiet.__dict__, "other_load": 1.0})  # 2 threads beside a 1-core job on 2 cores
+    assert "shared cores" in mm.contention(busy)
+    assert mm.contention(mm.Costs(**{**quiet.__dict__, "threads": 1, "other_load": 1.0})) is None
+    noisy = mm.Costs(**{**quiet.__dict__, "verify": {1: 1.0, 2: 2.38, 3: 2.4}})  # a load burst at k = 2
+    assert "2-row target pass at 2.38" in mm.contention(noisy)
+    unknown = mm.Costs(**{**quiet.__dict__, "other_load": float("nan")})  # no /proc/stat: nothing says so
+    assert mm.contention(unknown) is None
+
+
+def test_the_summary_recommends_plain_decoding_only_when_no_method_is_predicted_faster():
+    assert mm.plain_is_faster(1.2, 1.1) is None
+    assert "greedy" in mm.plain_is_faster(0.9, 1.1) and "sampling" not in mm.plain_is_faster(0.9, 1.1)
+    assert "greedy or when sampling" in mm.plain_is_faster(0.9, 0.95)
+    choice = mm.Choice(1, 1, {"greedy": {"chain γ=1": 0.9}, "T=1": {"chain γ=1": 1.05}}, costs(0.1))
+    assert "sd.autoregressive_generate" in choice.summary()
+    choice.predicted["greedy"]["chain γ=1"] = 1.01  # power: above 1x, no such line
+    assert "autoregressive_generate" not in choice.summary()
 
 
 def test_defaults_drive_the_one_line_call_greedy_and_sampled_separately(pair):

@@ -26,6 +26,7 @@ import os
 import platform
 import statistics
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -84,6 +85,9 @@ class Costs:
     h_sampled: float  # extra work per iteration when sampling (probabilities over the vocabulary, residuals)
     step_seconds: float  # s₁
     key: str = ""  # what the costs were measured on (`machine_key`)
+    threads: int = 0  # torch's CPU threads during the calibration
+    cores: int = 0  # the cores this process may run on
+    other_load: float = float("nan")  # cores' worth of CPU other processes used meanwhile (nan: unknown)
 
     def verify_cost(self, k: float) -> float:  # t(k)/s₁, linear between measured k
         ks = sorted(self.verify)
@@ -211,6 +215,7 @@ def calibrate(target, drafter, ids: torch.Tensor, n_tokens: int = 16) -> Costs: 
     the plain loop's step timed right before and right after them.
     """
     autoregressive_generate(target, ids, 4)  # warm up
+    load = LoadMeter()
     ks = sorted({1, 2, 3, 4, 5, 6, 8, 10, 13, 17})
     t = pass_seconds(target, ks, ids.shape[1] + n_tokens // 2, repeats=5)
     # t(k)/t(1), the plain loop's step being t(1) plus a little; more rows never cost less than fewer, so a
@@ -237,7 +242,73 @@ def calibrate(target, drafter, ids: torch.Tensor, n_tokens: int = 16) -> Costs: 
             kept = s.n_accepted + 1.0
     coef = np.linalg.lstsq(np.array(rows), np.array(y), rcond=None)[0] if rows else np.zeros(3)
     c_row, h0, h_s = (max(float(x), 0.0) for x in coef)
-    return Costs(verify, c_pass, c_row, h0, h_s, statistics.median(steps), machine_key(target, drafter))
+    other = load.other_cores() if ids.device.type == "cpu" else float("nan")
+    return Costs(verify, c_pass, c_row, h0, h_s, statistics.median(steps), machine_key(target, drafter),
+                 torch.get_num_threads(), n_cores(), other)
+
+
+def n_cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def busy_seconds() -> float | None:
+    """CPU seconds the whole machine has been busy since boot, from /proc/stat (None where there is none)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, idle, iowait, irq, softirq = (fields + [0] * 7)[:7]
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+class LoadMeter:
+    """How much CPU other processes use while this one measures: the machine's busy time (/proc/stat) less
+    this process's own, over the wall time."""
+
+    def __init__(self):
+        self.busy, self.own, self.wall = busy_seconds(), time.process_time(), time.perf_counter()
+
+    def other_cores(self) -> float:  # cores' worth of CPU that other processes used; nan where unknown
+        busy = busy_seconds()
+        if busy is None or self.busy is None:
+            return float("nan")
+        others = (busy - self.busy) - (time.process_time() - self.own)
+        return max(others, 0.0) / max(time.perf_counter() - self.wall, 1e-9)
+
+
+SHARED = 0.25  # cores' worth of other processes' work beyond the free cores that marks a shared machine
+
+
+def contention(costs: Costs) -> str | None:
+    """Why these costs cannot stand for the quiet machine, in words; None when nothing says so.
+
+    Two signs of a calibration that shared its cores with another job: this process's threads and the other
+    processes' load (`LoadMeter`) add up to more than the cores (oversubscribed, as when a 2-thread run
+    starts beside a 1-thread job on 2 cores: threads wait for each other at every operation), and a
+    verification that costs more than k separate one-row passes, which no kernel does (a k-row pass reads
+    the weights once).
+    """
+    return oversubscribed(costs) or impossible_verification(costs)
+
+
+def oversubscribed(costs: Costs) -> str | None:
+    """This process's threads and the other processes' load added up to more than the cores."""
+    if costs.threads and costs.other_load == costs.other_load \
+            and costs.threads + costs.other_load > costs.cores + SHARED:
+        return (f"other processes used {costs.other_load:.1f} of the {costs.cores} cores while its "
+                f"{costs.threads} threads ran: they shared cores")
+    return None
+
+
+def impossible_verification(costs: Costs) -> str | None:
+    """A k-row target pass priced above k one-row passes: timing noise."""
+    worst = max(costs.verify, key=lambda k: costs.verify[k] / k)
+    if costs.verify[worst] > 1.1 * worst:
+        return (f"it priced a {worst}-row target pass at {costs.verify[worst]:.2f} one-row passes, more than "
+                f"{worst} separate passes cost: timing noise")
+    return None
 
 
 def cache_path(key: str) -> Path:
@@ -264,8 +335,9 @@ def calibrated_costs(target, drafter, ids: torch.Tensor, *, refresh: bool = Fals
     not one whose speed moved a lot (a calibration under a heavy load prices a draft pass at 0.4 of a target
     step, when it costs 0.06 on the quiet machine). So a cached calibration is checked against the plain
     loop's step now and measured again when the two differ by more than STEADY; and a calibration whose own
-    machine changed speed while it ran (the step after it against the step it measured) is used but not
-    cached.
+    machine changed speed while it ran (the step after it against the step it measured), or that shared its
+    cores with another job (`contention`: oversubscribed threads once priced t(2)/t(1) at 2.38 on a machine
+    where it is 1.05), is used but not cached, with a warning that says how to get a sound one.
     """
     path = cache_path(machine_key(target, drafter))
     if path.exists() and not refresh:
@@ -277,6 +349,13 @@ def calibrated_costs(target, drafter, ids: torch.Tensor, *, refresh: bool = Fals
         print(f"calibration: a plain step now takes {drift:.2f}× the cached calibration's; measuring again",
               file=sys.stderr)
     costs = calibrate(target, drafter, ids)
+    problem = contention(costs)
+    if problem is not None:
+        free = max(1, int(costs.cores - costs.other_load + 0.5)) if costs.other_load == costs.other_load else 1
+        print(f"calibration: not cached, and the method chosen from it may be off: {problem}. For a sound "
+              f"choice, run when the machine is quiet, or give this process the cores it has "
+              f"(torch.set_num_threads({free}) before loading); SPECDEC_CALIBRATE=0 skips it", file=sys.stderr)
+        return costs
     drift = current_step_seconds(target, ids) / costs.step_seconds
     if abs(drift - 1) > STEADY:
         print(f"calibration: the machine's speed moved while it was measured (a plain step after it took "
@@ -300,13 +379,25 @@ class Choice:
         g, s = method_name(self.greedy), method_name(self.sampled)
         pg, ps = self.predicted["greedy"][g], self.predicted["T=1"][s]
         c = self.costs
-        return (f"default method: {g} greedy (predicted {pg:.2f}×), {s} when sampling (predicted {ps:.2f}×); "
+        text = (f"default method: {g} greedy (predicted {pg:.2f}×), {s} when sampling (predicted {ps:.2f}×); "
                 f"from this machine's t(k)/t(1) = {c.verify_cost(2):.2f} (k=2), "
                 f"{c.verify_cost(5):.2f} (k=5), {c.verify_cost(13):.2f} (k=13), "
                 f"draft pass c₁ = {c.c_pass:.3f}, loop overhead h₀ = {c.h0:.3f}, "
                 "and the head's recorded τ per method\n"
                 "  override: speculative_generate(..., gamma=γ) or tree=sd.TreeBudget(depth, topk, n_nodes); "
                 "SPECDEC_CALIBRATE=0 skips the calibration")
+        slower = plain_is_faster(pg, ps)
+        return text if slower is None else text + "\n  " + slower
+
+
+def plain_is_faster(greedy: float, sampled: float) -> str | None:
+    """A line for the reader when the best predicted speedup is below 1× (greedy, sampling or both): plain
+    decoding is the faster method there; None otherwise."""
+    where = [name for name, x in (("greedy", greedy), ("when sampling", sampled)) if x < 1.0]
+    if not where:
+        return None
+    return (f"no method is predicted faster than plain decoding {' or '.join(where)} on this machine: "
+            "sd.autoregressive_generate(target, ids, n) is the faster call there")
 
 
 def choose_defaults(target, drafter, quality: dict, ids: torch.Tensor) -> Choice:
