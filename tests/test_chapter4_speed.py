@@ -77,5 +77,7 @@ def test_overhead_helpers_reject_bad_input_with_a_reason():
         speed.fit_overhead([2, 2], [0.1, 0.2])
     with pytest.raises(ValueError, match="must be > 0"):
         speed.implied_overhead(2.0, 0.0, 1, 0.1, 1.0)
-    with pytest.raises(ValueError, match="cost must be > 0"):
+    with pytest.raises(ValueError, match="take no time"):
         speed.speedup_from_tau(2.0, 1, 0.1, 1.0, -1.5)
+    with pytest.raises(ValueError, match="τ, the tokens one target pass keeps"):
+        speed.speedup_from_tau(0.0, 1, 0.1, 1.0, 0.1)

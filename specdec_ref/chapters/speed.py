@@ -9,7 +9,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from scipy.special import lambertw
 
-from ..lab.speedup import best_gamma, linear_verify_costs, predicted_speedup, speedup_by_gamma
+from ..lab.speedup import (best_gamma, iteration_cost, linear_verify_costs, predicted_speedup,
+                           speedup_by_gamma)
 
 
 def capped_geometric(alpha: float, gamma: int) -> np.ndarray:  # -> [γ+1]
@@ -77,11 +78,9 @@ def speedup_from_tau(tau: float, gamma: int, c: float, verify_cost: float, overh
 
     τ is the run's tokens per target pass (`Row.tau`), so no acceptance model enters: only the costs.
     """
-    cost = gamma * c + verify_cost + overhead
-    if not (tau > 0 and cost > 0):
-        raise ValueError(f"τ and the iteration's cost must be > 0, got τ = {tau}, cost = {cost} "
-                         f"(γ = {gamma}, c = {c}, t(γ+1)/t(1) = {verify_cost}, h = {overhead})")
-    return tau / cost
+    if not tau > 0:
+        raise ValueError(f"τ, the tokens one target pass keeps, must be > 0, got {tau}")
+    return tau / iteration_cost(gamma, c, verify_cost, overhead)
 
 
 def plot_cost_curves(curves: Mapping[str, Sequence[float]], ax=None):

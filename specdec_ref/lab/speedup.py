@@ -49,6 +49,13 @@ def _check_costs(gamma: int, c: float, verify_cost: float, overhead: float) -> N
                          "usually a small number >= 0")
 
 
+def iteration_cost(gamma: int, c: float, verify_cost: float, overhead: float = 0.0) -> float:
+    """γc + t(γ+1)/t(1) + h: one iteration's time in target steps, the denominator of eq-generalized (every
+    speedup from measured costs divides by it)."""
+    _check_costs(gamma, c, verify_cost, overhead)
+    return gamma * c + verify_cost + overhead
+
+
 def generalized_speedup(alpha: float, gamma: int, c: float, verify_cost: float,
                         overhead: float = 0.0) -> float:
     """S_gen = E[tokens] / (γc + t(γ+1)/t(1) + h): Theorem 3.8 with the verify pass and the loop measured.
@@ -58,8 +65,7 @@ def generalized_speedup(alpha: float, gamma: int, c: float, verify_cost: float,
     bookkeeping, rollback, the draft catching up), already in units of t(1). verify_cost=1, overhead=0 gives
     `predicted_speedup`.
     """
-    _check_costs(gamma, c, verify_cost, overhead)
-    return expected_tokens_per_iteration(alpha, gamma) / (gamma * c + verify_cost + overhead)
+    return expected_tokens_per_iteration(alpha, gamma) / iteration_cost(gamma, c, verify_cost, overhead)
 
 
 def linear_verify_costs(slope: float, k_max: int) -> list[float]:
