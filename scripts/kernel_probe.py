@@ -8,6 +8,8 @@ Paths (the offline target, in the project's dtype for this CPU, a 200-token cont
   hint1      the same with `_reorder_linear_weight`'s batch-size hint at 1 (hint16: at 16)
   plain      F.linear on the unpacked weights (SPECDEC_PREPACK=0), eager
   eagerattn  prepacked, with transformers' "eager" attention (matmul, softmax, matmul) instead of SDPA
+  aot        the shipped compiled pass (models.aot): the AOTInductor package `python -m specdec_ref compile`
+             built on this machine, dynamic rows and buffer length, loaded in seconds
   inductor   torch.compile with freezing, mode max-autotune-no-cudagraphs and the GEMM backends CPP and ATen
              (Inductor's C++ micro-GEMM where it wins its autotuning), static shapes: one graph per k, over
              the static KV cache (cache.StaticCachedModel); the compile time of every k is printed
@@ -31,7 +33,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from specdec_ref.cache import cached_model  # noqa: E402
-from specdec_ref.models import kernels  # noqa: E402
+from specdec_ref.models import aot, kernels  # noqa: E402
 from specdec_ref.models.loading import default_dtype, load_offline_target  # noqa: E402
 
 CONTEXT = 200  # tokens in the KV cache before every timed pass
@@ -72,6 +74,14 @@ def inductor_lm(model):
     inductor.max_autotune_gemm_backends = "CPP,ATEN"
     return cached_model(model, cache="compiled", max_len=CONTEXT + 64, name="probe",
                         compile_options=INDUCTOR_OPTIONS)
+
+
+def aot_lm(model):
+    """The shipped compiled pass: this machine's AOTInductor package (`python -m specdec_ref compile`)."""
+    path = aot.package_path(model)
+    if not path.exists():
+        raise SystemExit(f"no compiled pass for this machine at {path}: run python -m specdec_ref compile")
+    return aot.CompiledPass(model, torch._inductor.aoti_load_package(str(path)), path).lm(name="aot")
 
 
 class Path_:
@@ -118,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
                 "hint16": lambda: cached_model(prepacked(model, 16), name="hint16"),
                 "plain": lambda: cached_model(model, name="plain"),
                 "eagerattn": lambda: cached_model(with_eager_attention(prepacked(model, 8)), name="eager"),
-                "inductor": lambda: inductor_lm(model)}
+                "inductor": lambda: inductor_lm(model),
+                "aot": lambda: aot_lm(model)}
     unknown = set(names) - set(builders)
     if unknown:
         parser.error(f"unknown paths {sorted(unknown)}; choose from {sorted(builders)}")

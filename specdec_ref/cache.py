@@ -309,7 +309,8 @@ def _static_model(model, max_len: int, keep_hidden: bool | tuple[int, ...], comp
 def cached_model(model, *, keep_hidden: bool | tuple[int, ...] = False, cache: str = "dynamic",
                  max_len: int | None = None, name: str = "model", compile_options: dict | None = None,
                  query_sizes: Sequence[int] = ()) -> CachedModel:
-    """The one switch: cache="dynamic" (grows as needed, cropped on rollback), "static" (preallocated for
+    """The one switch: cache="auto" (the model's AOTInductor-compiled pass where this machine has built one,
+    `models.aot`; else dynamic), "dynamic" (grows as needed, cropped on rollback), "static" (preallocated for
     max_len tokens, rounded up to a multiple of BUCKET; rollback moves the write position) or "compiled"
     (static, plus `torch.compile` with compile_options; by default COMPILE_OPTIONS, CUDA graphs on a GPU).
 
@@ -318,6 +319,11 @@ def cached_model(model, *, keep_hidden: bool | tuple[int, ...] = False, cache: s
     query_sizes: the fixed query lengths of the compiled steps (γ + 1 for a chain's target, n_nodes + 1 for
     a tree's), to which shorter passes are padded (`StaticCachedModel.pad_query`).
     """
+    if cache == "auto":  # the model's compiled pass if it has one (models.aot.attach), else a dynamic cache
+        compiled = model.__dict__.get("_specdec_compiled")
+        if compiled is not None and not isinstance(keep_hidden, tuple):
+            return compiled.lm(keep_hidden, name)
+        cache = "dynamic"
     if cache == "dynamic":
         return CachedModel(model, keep_hidden, name)
     if cache in ("static", "compiled"):
@@ -325,7 +331,7 @@ def cached_model(model, *, keep_hidden: bool | tuple[int, ...] = False, cache: s
             raise ValueError("a static KV cache needs max_len, the most tokens it will ever hold")
         return _static_model(model, max_len, keep_hidden, cache == "compiled", name, compile_options,
                              query_sizes)
-    raise ValueError(f"cache must be 'dynamic', 'static' or 'compiled', got {cache!r}")
+    raise ValueError(f"cache must be 'auto', 'dynamic', 'static' or 'compiled', got {cache!r}")
 
 
 @torch.inference_mode()

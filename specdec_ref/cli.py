@@ -5,6 +5,7 @@ table.
     python -m specdec_ref --pair qwen2.5 --temperature 0.7  # a Hub pair (needs network, ideally a GPU)
     python -m specdec_ref bench --max-new-tokens 64 --json bench.json --plot bench.png
     python -m specdec_ref diagnose --prompts 4 --json diagnose.json  # will it pay off here? which γ?
+    python -m specdec_ref compile   # CPU: compile the offline target's pass once (minutes), used from then on
 """
 from __future__ import annotations
 
@@ -153,6 +154,24 @@ def diagnose_main(args) -> None:
         print(f"written to {args.json}", file=sys.stderr)
 
 
+def compile_main(args) -> None:
+    """Build this machine's compiled pass for the offline target (models.aot), then check it against eager."""
+    from .models import aot
+    from .models.loading import default_dtype, load_offline_target
+    dtype = default_dtype(torch.device("cpu")) if args.dtype == "auto" else getattr(torch, args.dtype)
+    model, _ = load_offline_target("cpu", dtype, prepack=False)
+    path = aot.package_path(model)
+    if path.exists() and not args.force:
+        print(f"this machine's compiled pass exists: {path} (--force builds it again)")
+        return
+    print(f"compiling the offline target's pass ({str(dtype).removeprefix('torch.')}, "
+          f"{torch.get_num_threads()} threads): a few minutes, once per machine ...", file=sys.stderr, flush=True)
+    aot.build(model, path)
+    worst = aot.check_against_eager(model, path)
+    print(f"compiled pass: {path}\n  its logits differ from the eager model's by at most {worst:.2g}; "
+          "the loops now run the offline target through it (SPECDEC_AOT=0 opts out)")
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="python -m specdec_ref", description=__doc__,
@@ -175,7 +194,13 @@ def main(argv: list[str] | None = None) -> None:
     d.add_argument("--prompts", type=int, default=4, help="how many benchmark prompts")
     d.add_argument("--gamma-max", type=int, default=8, help="largest γ to consider")
     d.add_argument("--json", default="", help="also write the measurements and verdict as JSON to this path")
-    if not argv or argv[0] not in ("generate", "bench", "diagnose", "-h", "--help"):
+    c = sub.add_parser("compile", help="CPU: compile the offline target's pass once for this machine (minutes); "
+                                       "later runs load it in seconds")
+    c.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
+    c.add_argument("--threads", type=int, default=None, help="torch CPU threads while autotuning")
+    c.add_argument("--force", action="store_true", help="build it again even if one exists")
+    c.set_defaults(temperature=0.0, top_k=None, top_p=None, gamma=None)
+    if not argv or argv[0] not in ("generate", "bench", "diagnose", "compile", "-h", "--help"):
         argv = ["generate", *argv]
     args = parser.parse_args(argv)
     if args.threads:
@@ -188,7 +213,8 @@ def main(argv: list[str] | None = None) -> None:
             raise ValueError(f"--gamma-max must be >= 1, got {args.gamma_max}")
     except ValueError as e:
         parser.error(str(e))
-    {"bench": bench_main, "diagnose": diagnose_main}.get(args.command, generate_main)(args)
+    {"bench": bench_main, "diagnose": diagnose_main, "compile": compile_main}.get(args.command,
+                                                                                generate_main)(args)
 
 
 if __name__ == "__main__":

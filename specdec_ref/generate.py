@@ -139,7 +139,7 @@ def trim_new_tokens(tokens: torch.Tensor, n_prompt: int, max_new_tokens: int,
 def autoregressive_generate(model, input_ids: torch.Tensor, max_new_tokens: int, *,
                             sampling: SamplingConfig = SamplingConfig(),
                             generator: torch.Generator | None = None, eos_token_id: int | None = None,
-                            cache: str = "dynamic") -> Generation:  # [1, T] -> [n_new]
+                            cache: str = "auto") -> Generation:  # [1, T] -> [n_new]
     """The baseline: one target forward pass per new token. cache: see `cache.cached_model`."""
     check_inputs(model, input_ids, max_new_tokens, sampling, "model")
     check_generator(generator, input_ids.device)
@@ -271,14 +271,15 @@ def speculative_generate(target, draft, input_ids: torch.Tensor, max_new_tokens:
                          sampling: SamplingConfig = SamplingConfig(),
                          generator: torch.Generator | None = None, eos_token_id: int | None = None,
                          on_step: Callable[[Step], None] | None = None,
-                         cache: str = "dynamic") -> Generation:  # [1, T] -> [n_new]
+                         cache: str = "auto") -> Generation:  # [1, T] -> [n_new]
     """Draft cheaply, verify in one target pass, keep an exact prefix, repeat.
 
     `draft` is a Hugging Face causal LM or any `Drafter`. gamma drafts a chain of γ tokens per iteration;
     tree drafts a tree instead: a `TreeBudget` (EAGLE-2's dynamic tree, from any `TreeDrafter`), or a static
     `Tree` / branching factors such as (2, 2) (sampled children, SpecInfer's rule). With neither, the
     drafter's own `default_method(sampling)` (chosen by measurement for the offline pair's head). `on_step`
-    sees every iteration's `Step`. cache chooses the target's KV cache: "dynamic", "static" (preallocated) or
+    sees every iteration's `Step`. cache chooses the target's KV cache: "auto" (the target's compiled CPU pass
+    where this machine has built one, `models.aot`, else dynamic), "dynamic", "static" (preallocated) or
     "compiled" (static + CUDA graphs), see `cache.cached_model`; the loop is the same for all of them.
     """
     drafter = as_drafter(draft)

@@ -144,6 +144,9 @@ def unpack(model: nn.Module) -> nn.Module:
 
 def kernel_path(model: nn.Module) -> str:
     """Which matrix kernel the model's linear layers use, in words (for diagnose and the CLI)."""
+    compiled = model.__dict__.get("_specdec_compiled")
+    if compiled is not None:  # models.aot: the loops run the model through its compiled pass
+        return f"Inductor's compiled pass (AOTInductor package {compiled.path.name}; SPECDEC_AOT=0 opts out)"
     params = next(model.parameters(), None)
     device = params.device.type if params is not None else "cpu"
     # a weight oneDNN cannot pack (bfloat16 without native support) counts as plain

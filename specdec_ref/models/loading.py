@@ -63,6 +63,8 @@ def load_offline_target(device: torch.device | str | None = None, dtype: torch.d
 
     On a CPU its linear layers are prepacked for oneDNN (`kernels.prepack_for_cpu`): the same logits, and
     scoring a few tokens costs about as much as one. prepack=False (or SPECDEC_PREPACK=0) keeps F.linear.
+    Where this machine has compiled the target's pass (`python -m specdec_ref compile`, `models.aot`), it is
+    attached, and the loops run the target through it (SPECDEC_AOT=0 opts out).
     """
     path = cache_dir() / "SmolLM2-135M-Instruct-f32"
     if not (path / "config.json").exists():
@@ -74,7 +76,11 @@ def load_offline_target(device: torch.device | str | None = None, dtype: torch.d
     # transformers 5.17 converts it as <|im_start|>
     if isinstance(eos, int) and tokenizer.eos_token_id != eos:
         tokenizer.eos_token = tokenizer.convert_ids_to_tokens(eos)
-    return prepack_for_cpu(model.to(device or "cpu").eval(), prepack), tokenizer
+    model = prepack_for_cpu(model.to(device or "cpu").eval(), prepack)
+    if model.device.type == "cpu":  # this machine's compiled pass, if `python -m specdec_ref compile` built one
+        from . import aot
+        aot.attach(model)
+    return model, tokenizer
 
 
 def placeholder_draft(target, n_layers: int = 2):

@@ -38,6 +38,7 @@ from ..device import seconds_since, start_timer
 from ..generate import Step, autoregressive_generate, rows_per_pass, speculative_generate
 from ..sampling import SamplingConfig
 from ..tree import TreeBudget
+from .kernels import kernel_path
 
 Method = int | TreeBudget  # a chain of γ draft tokens, or an EAGLE-2 dynamic tree
 CANDIDATES: tuple[Method, ...] = (1, 2, 3, 4, 5, 6, TreeBudget(2, 2, 4), TreeBudget(3, 3, 8),
@@ -135,7 +136,7 @@ def machine_key(target, drafter) -> str:
         ours = "source"
     parts = [chip, device.type, str(torch.get_num_threads()), str(target.dtype), torch.__version__, ours,
              type(target).__name__, str(target.config.num_hidden_layers), str(target.config.hidden_size),
-             type(drafter).__name__]
+             type(drafter).__name__, kernel_path(target)]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 

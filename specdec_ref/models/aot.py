@@ -1,0 +1,309 @@
+"""The target's cached pass compiled ahead of time by Inductor (AOTInductor): built once per machine, loaded in
+a second afterwards.
+
+Eager PyTorch on a CPU hands each linear layer to oneDNN, whose kernel for a few rows streams the weights at
+about half of what two cores can (`scripts/kernel_probe.py`). Inductor's C++ micro-GEMM, with the weights
+frozen into the program and autotuned per layer, streams them faster and scores 2-4 rows for the price of one.
+But a `torch.compile` of that kind takes minutes every time a process starts (frozen weights bypass
+Inductor's disk cache). So the pass is compiled once, ahead of time, into a package on disk:
+
+* `KVStep` is one pass with everything explicit: token ids, positions, where to write, the additive attention
+  mask, and the KV buffers themselves as inputs that the pass writes in place. Rows (q) and buffer length
+  (L, a multiple of `BLOCK`) are dynamic, so one package serves plain decoding, every chain, every tree and
+  every context length.
+* `build` exports it (`torch.export`) and compiles the package (`aoti_compile_and_package`, a few minutes on
+  2 cores); `python -m specdec_ref compile` runs it for the offline target.
+* `attach` loads the package for a model, if this machine has one, onto the model; then the loops'
+  default `cache="auto"` runs the target through it (`CompiledCachedModel`). SPECDEC_AOT=0 opts out; the
+  chapters and CI never build one, so they never wait for a compile.
+
+Only the target is compiled: a draft pass is a few percent of a target pass, and keeping it eager keeps every
+drafter pluggable.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import StaticCache
+
+from ..cache import CachedModel, additive_mask
+
+BLOCK = 256  # KV buffers hold a multiple of this many positions
+MAX_QUERY = 64  # rows one compiled pass takes; a longer prefill runs in pieces
+MAX_BLOCKS = 32  # the longest buffer a package takes: 32 x 256 = 8,192 positions (SmolLM2's context)
+INDUCTOR = dict(freezing=True, max_autotune=True, max_autotune_gemm_backends="CPP,ATEN")
+
+
+def kv_shape(model, length: int) -> tuple[int, int, int, int]:
+    """[1, kv heads, length, head dim]: one layer's keys (or values) for `length` positions."""
+    c = model.config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    return (1, c.num_key_value_heads, length, head_dim)
+
+
+class KVStep(nn.Module):
+    """One cached pass of a Hugging Face decoder-only LM with nothing hidden, for torch.export:
+
+        (ids [1, q], positions [1, q], write [] long, mask [1, 1, q, L], k_0, v_0, ..., k_n-1, v_n-1)
+            -> (logits [q, V], final hidden states [q, d])
+
+    The pass writes its q keys and values into rows write..write+q-1 of the KV buffers ([1, heads, L, d]
+    each) in place, and every row attends where the additive mask lets it (0 or the dtype's lowest value).
+    """
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+        self.cache = StaticCache(config=model.config, max_cache_len=BLOCK)
+        _, heads, _, head_dim = kv_shape(model, BLOCK)
+        self.cache.early_initialization(1, heads, head_dim, next(model.parameters()).dtype,
+                                        next(model.parameters()).device)
+
+    def forward(self, ids, positions, write, mask, *kv):
+        for i, layer in enumerate(self.cache.layers):  # the buffers given: the pass writes into them
+            layer.keys, layer.values = kv[2 * i], kv[2 * i + 1]
+            layer.max_cache_len = kv[2 * i].shape[2]
+            layer.cumulative_length = write.clone()
+        out = self.model.base_model(input_ids=ids, position_ids=positions, attention_mask=mask,
+                                    cache=self.cache, use_cache=True)
+        hidden = out.last_hidden_state[0]  # [q, d]
+        return self.model.get_output_embeddings()(hidden), hidden
+
+
+def example_inputs(model, q: int = 3, length: int = 2 * BLOCK, start: int = 5) -> tuple:
+    """Inputs of one pass: q random tokens after `start` cached ones, in buffers of `length` positions."""
+    device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
+    ids = torch.randint(0, model.config.vocab_size, (1, q), device=device)
+    positions = torch.arange(start, start + q, device=device)[None]
+    mask = causal_mask(start, q, length, dtype, device)
+    kv = [torch.zeros(kv_shape(model, length), dtype=dtype, device=device)
+          for _ in range(2 * model.config.num_hidden_layers)]
+    return (ids, positions, torch.tensor(start, device=device), mask, *kv)
+
+
+def causal_mask(start: int, q: int, length: int, dtype: torch.dtype, device=None) -> torch.Tensor:
+    """[1, 1, q, length]: row i (position start + i) sees positions 0..start+i."""
+    allowed = torch.arange(length, device=device)[None] <= torch.arange(start, start + q, device=device)[:, None]
+    return additive_mask(allowed, dtype)[None, None]
+
+
+def fingerprint(model) -> str:
+    """What a package's frozen weights depend on: the model's config, its dtype and a sample of every weight
+    (first and last 64 values of each tensor, and its sum), hashed."""
+    h = hashlib.sha256(model.config.to_json_string(use_diff=False).encode())
+    with torch.no_grad():
+        for name, p in model.state_dict().items():
+            flat = p.detach().reshape(-1)
+            h.update(name.encode() + str(p.dtype).encode() + str(tuple(p.shape)).encode())
+            h.update(torch.cat([flat[:64], flat[-64:], flat.double().sum()[None].to(flat.dtype)])
+                     .float().cpu().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def package_key(model) -> str:
+    """The package's name: the processor, torch, the package's own version and the weights' fingerprint."""
+    chip = platform.processor() or platform.machine()
+    if os.path.exists("/proc/cpuinfo"):
+        names = [line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")]
+        flags = [line for line in open("/proc/cpuinfo") if line.startswith("flags")]
+        chip = (names[0] if names else chip) + (flags[0] if flags else "")
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        ours = version("specdec_ref")
+    except PackageNotFoundError:
+        ours = "source"
+    parts = [chip, torch.__version__, ours, str(next(model.parameters()).device.type), fingerprint(model)]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+def package_path(model) -> Path:
+    from .loading import cache_dir
+    return cache_dir() / "aot" / f"{package_key(model)}.pt2"
+
+
+def supported(model) -> str | None:
+    """Why this model cannot get a compiled pass here, in words; None when it can."""
+    params = next(model.parameters(), None)
+    if params is None or params.device.type != "cpu":
+        return "compiled passes are built for CPU models (on a GPU, cache='compiled' captures CUDA graphs)"
+    if not hasattr(model, "base_model") or not hasattr(model.config, "num_key_value_heads"):
+        return f"{type(model).__name__} is not a Hugging Face decoder-only LM with grouped KV heads"
+    if any(type(m).__name__ == "PrepackedLinear" for m in model.modules()):
+        return "the model's linear layers are prepacked for oneDNN; build from the plain model (prepack=False)"
+    return None
+
+
+def build(model, path: Path | None = None, *, options: dict | None = None, verbose: bool = True) -> Path:
+    """Export `KVStep(model)` with dynamic rows and buffer length, compile it into an AOTInductor package and
+    write it to `path` (default: `package_path(model)`, where `attach` looks). Minutes on a 2-core CPU.
+
+    options: Inductor's settings while compiling (default INDUCTOR: frozen weights, GEMMs autotuned between
+    its C++ micro-GEMM and ATen's); the tests take dict(freezing=True), which compiles in a fraction of the
+    time."""
+    problem = supported(model)
+    if problem is not None:
+        raise ValueError(f"cannot compile this model's pass: {problem}")
+    import torch._inductor.config as inductor_config
+
+    path = Path(path or package_path(model))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    step = KVStep(model).eval()
+    inputs = example_inputs(model)
+    q = torch.export.Dim("q", min=1, max=MAX_QUERY)
+    length = BLOCK * torch.export.Dim("blocks", min=1, max=MAX_BLOCKS)
+    n_kv = len(inputs) - 4
+    shapes = ({1: q}, {1: q}, None, {2: q, 3: length}, tuple({2: length} for _ in range(n_kv)))
+    start = time.perf_counter()
+    with torch.inference_mode():
+        exported = torch.export.export(step, inputs, dynamic_shapes=shapes)
+    exported_s = time.perf_counter() - start
+    options = INDUCTOR if options is None else options
+    saved = {k: getattr(inductor_config, k) for k in options}
+    try:
+        for k, v in options.items():
+            setattr(inductor_config, k, v)
+        tmp = path.with_suffix(".partial.pt2")
+        torch._inductor.aoti_compile_and_package(exported, package_path=str(tmp))
+        tmp.replace(path)  # a package appears whole or not at all
+    finally:
+        for k, v in saved.items():
+            setattr(inductor_config, k, v)
+    if verbose:
+        print(f"compiled the target's pass: exported in {exported_s:.0f} s, compiled in "
+              f"{time.perf_counter() - start - exported_s:.0f} s -> {path}", file=sys.stderr)
+    return path
+
+
+class CompiledPass:
+    """A loaded package for one model: `lm(keep_hidden, name)` gives a CachedModel that runs through it."""
+
+    def __init__(self, model, runner, path: Path):
+        self.model, self.runner, self.path = model, runner, path
+
+    def lm(self, keep_hidden: bool | tuple[int, ...] = False, name: str = "model") -> CompiledCachedModel:
+        return CompiledCachedModel(self.model, self.runner, keep_hidden, name)
+
+
+def attach(model, *, enabled: bool | None = None) -> CompiledPass | None:
+    """Load this model's package, if this machine has built one, and attach it (`model._specdec_compiled`);
+    return it, or None (no package, SPECDEC_AOT=0, or a model it cannot serve)."""
+    enabled = os.environ.get("SPECDEC_AOT", "1") != "0" if enabled is None else enabled
+    model.__dict__.pop("_specdec_compiled", None)
+    if not enabled or supported_when_packed(model) is not None:
+        return None
+    path = package_path(model)
+    if not path.exists():
+        return None
+    compiled = CompiledPass(model, torch._inductor.aoti_load_package(str(path)), path)
+    model.__dict__["_specdec_compiled"] = compiled
+    return compiled
+
+
+def supported_when_packed(model) -> str | None:
+    """`supported`, except that prepacked layers are fine here: the package has its own copy of the weights."""
+    problem = supported(model)
+    return None if problem is not None and "prepacked" in problem else problem
+
+
+class CompiledCachedModel(CachedModel):
+    """A CachedModel whose passes run through the compiled package, on KV buffers it owns.
+
+    The buffers hold a multiple of BLOCK positions and grow by copying when a pass would run past them (once
+    per 256 tokens). Rolling back moves the write position only: rows past it are masked out and overwritten
+    by the next pass. Every pass gets an explicit mask as wide as the buffers: causal by default, or a tree
+    pass's mask padded with "never". A pass of more than MAX_QUERY rows (a long prompt) runs in pieces.
+    """
+
+    def __init__(self, model, runner, keep_hidden: bool | tuple[int, ...] = False, name: str = "model"):
+        if isinstance(keep_hidden, tuple):
+            raise ValueError("a compiled pass keeps the final hidden states only; a drafter that reads fused "
+                             "layers (keep_hidden=(...)) needs cache='dynamic' or SPECDEC_AOT=0")
+        super().__init__(model, keep_hidden, name)
+        self.runner = runner
+        self.kv = self._buffers(BLOCK)
+
+    def _buffers(self, length: int) -> list[torch.Tensor]:
+        return [torch.zeros(kv_shape(self.model, length), dtype=self.dtype, device=self.device)
+                for _ in range(2 * self.model.config.num_hidden_layers)]
+
+    @property
+    def capacity(self) -> int:
+        return self.kv[0].shape[2]
+
+    def _make_room(self, end: int) -> None:
+        if end <= self.capacity:
+            return
+        blocks = -(-end // BLOCK)
+        if blocks > MAX_BLOCKS:
+            raise ValueError(f"the compiled pass holds at most {MAX_BLOCKS * BLOCK} tokens, this one needs {end}: "
+                             "shorten the prompt or max_new_tokens")
+        grown = self._buffers(blocks * BLOCK)
+        for new, old in zip(grown, self.kv):
+            new[:, :, :self.n_cached] = old[:, :, :self.n_cached]
+        self.kv = grown
+
+    def logits(self, context_ids: torch.Tensor, keep: int | None = None, *,
+               position_ids: torch.Tensor | None = None,
+               attention_mask: torch.Tensor | None = None) -> torch.Tensor:  # [T] -> [k, V]
+        new = context_ids[self.n_cached:]
+        if new.shape[0] > MAX_QUERY and position_ids is None:  # a long prompt: causal pieces, one pass
+            ends = list(range(self.n_cached + MAX_QUERY, context_ids.shape[0], MAX_QUERY)) + [context_ids.shape[0]]
+            pieces = [self.logits(context_ids[:end]) for end in ends]  # [<= MAX_QUERY, V] each
+            self.calls -= len(ends) - 1  # as far as the loop is concerned, one pass
+            logits = pieces[-1] if keep is not None and keep <= pieces[-1].shape[0] else torch.cat(pieces)
+            return logits if keep is None else logits[-keep:]
+        q, start = new.shape[0], self.n_cached
+        self._make_room(start + q)
+        L = self.capacity
+        if position_ids is None:
+            positions = torch.arange(start, start + q, device=self.device)
+            mask = causal_mask(start, q, L, self.dtype, self.device)
+        else:
+            positions = position_ids
+            never = torch.zeros(*attention_mask.shape[:-1], L - attention_mask.shape[-1], dtype=torch.bool,
+                                device=self.device)
+            mask = torch.cat([attention_mask.to(self.dtype), additive_mask(never, self.dtype)], dim=-1)
+        logits, hidden = self.runner(new[None], positions[None], torch.tensor(start, device=self.device),
+                                     mask, *self.kv)
+        if self.keep_hidden:
+            self._store_hidden(hidden)
+        self.n_cached = context_ids.shape[0]
+        self.calls += 1
+        logits = logits if keep is None else logits[-keep:]
+        self.note_finite(logits)
+        return logits
+
+    def keep_rows(self, n_prefix: int, rows: list[int]) -> None:
+        n = n_prefix + len(rows)
+        if rows != list(range(n_prefix, n)):
+            src = torch.tensor(rows, dtype=torch.long, device=self.device)
+            for buf in self.kv:  # [1, heads, L, d]: rows src -> n_prefix.., in place
+                buf[:, :, n_prefix:n] = buf.index_select(-2, src)
+            if self._hidden is not None:
+                self._hidden[n_prefix:n] = self._hidden[src]
+        self.rollback(n)
+
+    def rollback(self, n_tokens: int) -> None:
+        self.n_cached = min(self.n_cached, n_tokens)
+        if n_tokens == 0:
+            self._hidden, self._finite = None, None
+
+
+@torch.inference_mode()
+def check_against_eager(model, path: Path, n_context: int = 40, k: int = 4) -> float:
+    """The largest |logit| difference between the package and the eager model over a prompt and a k-token
+    pass after it (a package built from other weights differs by whole units)."""
+    lm = CompiledPass(model, torch._inductor.aoti_load_package(str(path)), path).lm()
+    ref = CachedModel(model)
+    ids = torch.randint(0, model.config.vocab_size, (n_context + k,), generator=torch.Generator().manual_seed(0))
+    ids = ids.to(next(model.parameters()).device)
+    worst = (lm.logits(ids[:n_context], keep=1) - ref.logits(ids[:n_context], keep=1)).abs().max()
+    worst = max(worst, (lm.logits(ids, keep=k) - ref.logits(ids, keep=k)).abs().max())
+    return float(worst)
