@@ -165,7 +165,8 @@ def compile_main(args) -> None:
         print(f"this machine's compiled pass exists: {path} (--force builds it again)")
         return
     print(f"compiling the offline target's pass ({str(dtype).removeprefix('torch.')}, "
-          f"{torch.get_num_threads()} threads): a few minutes, once per machine ...", file=sys.stderr, flush=True)
+          f"{torch.get_num_threads()} threads): a few minutes, once per machine ...", file=sys.stderr,
+          flush=True)
     aot.build(model, path)
     worst = aot.check_against_eager(model, path)
     print(f"compiled pass: {path}\n  its logits differ from the eager model's by at most {worst:.2g}; "
@@ -194,8 +195,8 @@ def main(argv: list[str] | None = None) -> None:
     d.add_argument("--prompts", type=int, default=4, help="how many benchmark prompts")
     d.add_argument("--gamma-max", type=int, default=8, help="largest γ to consider")
     d.add_argument("--json", default="", help="also write the measurements and verdict as JSON to this path")
-    c = sub.add_parser("compile", help="CPU: compile the offline target's pass once for this machine (minutes); "
-                                       "later runs load it in seconds")
+    c = sub.add_parser("compile", help="CPU: compile the offline target's pass once for this machine "
+                                       "(minutes); later runs load it in seconds")
     c.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
     c.add_argument("--threads", type=int, default=None, help="torch CPU threads while autotuning")
     c.add_argument("--force", action="store_true", help="build it again even if one exists")

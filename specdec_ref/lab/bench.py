@@ -185,6 +185,9 @@ def hf_generate(target, ids, max_new_tokens, sampling, generator, *, keep: list 
     return out.shape[1] - ids.shape[1], seconds
 
 
+EAGER_PLAIN = "plain, eager (oneDNN; without the compiled pass)"  # a row when the target has one (models.aot)
+
+
 def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: int = 64, gamma: int = 4,
               sampling: SamplingConfig = SamplingConfig(temperature=0), seed: int = 0, hf: bool = True,
               progress=print, hf_draft=None, tree: TreeBudget | None = None) -> dict:
@@ -193,8 +196,9 @@ def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: i
     A drafter that can grow trees also gets a dynamic-tree row: `tree`, else its `default_tree`, else
     TreeBudget().
 
-    The speedup column divides by the faster of our plain loop and Hugging Face's plain `generate`: a
-    speedup over a slow baseline is not a speedup. `hf_draft` is the causal LM for Hugging Face's assisted
+    The speedup column divides by the fastest of our plain loop and Hugging Face's plain `generate`: a
+    speedup over a slow baseline is not a speedup. A target with a compiled pass (`models.aot`) also gets
+    the plain loop without it, the default before. `hf_draft` is the causal LM for Hugging Face's assisted
     rows (default: `draft` itself when it is a model).
     """
     hf_draft = hf_draft if hf_draft is not None else (draft if isinstance(draft, torch.nn.Module) else None)
@@ -208,6 +212,9 @@ def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: i
         f"speculative, ours (γ={gamma})": lambda ids: speculative_generate(target, draft, ids, max_new_tokens,
                                                                             gamma=gamma, **opts),  # a chain
     }
+    if "_specdec_compiled" in target.__dict__:  # models.aot: the eager path beside the compiled one
+        methods[EAGER_PLAIN] = lambda ids: autoregressive_generate(target, ids, max_new_tokens,
+                                                                   cache="dynamic", **opts)
     drafter = as_drafter(draft)
     if isinstance(drafter, TreeDrafter):
         budget = tree or drafter.default_tree or TreeBudget()
@@ -233,8 +240,8 @@ def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: i
     spec = rows[f"speculative, ours (γ={gamma})"]
     alpha = spec.alpha if spec.alpha is not None else float("nan")
     c = cost_ratio(target, draft, encoded[0])
-    base = max(rows[name].tokens_per_second for name in ("plain (target only)", "HF generate, plain")
-               if name in rows)
+    plain_rows = ("plain (target only)", EAGER_PLAIN, "HF generate, plain")
+    base = max(rows[name].tokens_per_second for name in plain_rows if name in rows)
     return {
         "settings": {"max_new_tokens": max_new_tokens, "gamma": gamma, "sampling": asdict(sampling),
                      "prompts": len(prompts), "seed": seed, "device": str(device),

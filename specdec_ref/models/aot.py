@@ -1,5 +1,5 @@
-"""The target's cached pass compiled ahead of time by Inductor (AOTInductor): built once per machine, loaded in
-a second afterwards.
+"""The target's cached pass compiled ahead of time by Inductor (AOTInductor): built once per machine, loaded
+in a second afterwards.
 
 Eager PyTorch on a CPU hands each linear layer to oneDNN, whose kernel for a few rows streams the weights at
 about half of what two cores can (`scripts/kernel_probe.py`). Inductor's C++ micro-GEMM, with the weights
@@ -90,7 +90,8 @@ def example_inputs(model, q: int = 3, length: int = 2 * BLOCK, start: int = 5) -
 
 def causal_mask(start: int, q: int, length: int, dtype: torch.dtype, device=None) -> torch.Tensor:
     """[1, 1, q, length]: row i (position start + i) sees positions 0..start+i."""
-    allowed = torch.arange(length, device=device)[None] <= torch.arange(start, start + q, device=device)[:, None]
+    rows = torch.arange(start, start + q, device=device)[:, None]  # [q, 1] the rows' positions
+    allowed = torch.arange(length, device=device)[None] <= rows  # [q, length]
     return additive_mask(allowed, dtype)[None, None]
 
 
@@ -111,7 +112,8 @@ def package_key(model) -> str:
     """The package's name: the processor, torch, the package's own version and the weights' fingerprint."""
     chip = platform.processor() or platform.machine()
     if os.path.exists("/proc/cpuinfo"):
-        names = [line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")]
+        names = [line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                 if line.startswith("model name")]
         flags = [line for line in open("/proc/cpuinfo") if line.startswith("flags")]
         chip = (names[0] if names else chip) + (flags[0] if flags else "")
     from importlib.metadata import PackageNotFoundError, version
@@ -136,7 +138,8 @@ def supported(model) -> str | None:
     if not hasattr(model, "base_model") or not hasattr(model.config, "num_key_value_heads"):
         return f"{type(model).__name__} is not a Hugging Face decoder-only LM with grouped KV heads"
     if any(type(m).__name__ == "PrepackedLinear" for m in model.modules()):
-        return "the model's linear layers are prepacked for oneDNN; build from the plain model (prepack=False)"
+        return ("the model's linear layers are prepacked for oneDNN; build from the plain model "
+                "(prepack=False)")
     return None
 
 
@@ -207,7 +210,8 @@ def attach(model, *, enabled: bool | None = None) -> CompiledPass | None:
 
 
 def supported_when_packed(model) -> str | None:
-    """`supported`, except that prepacked layers are fine here: the package has its own copy of the weights."""
+    """`supported`, except that prepacked layers are fine here: the package holds its own copy of the
+    weights."""
     problem = supported(model)
     return None if problem is not None and "prepacked" in problem else problem
 
@@ -242,7 +246,8 @@ class CompiledCachedModel(CachedModel):
             return
         blocks = -(-end // BLOCK)
         if blocks > MAX_BLOCKS:
-            raise ValueError(f"the compiled pass holds at most {MAX_BLOCKS * BLOCK} tokens, this one needs {end}: "
+            raise ValueError(f"the compiled pass holds at most {MAX_BLOCKS * BLOCK} tokens, this one needs "
+                             f"{end}: "
                              "shorten the prompt or max_new_tokens")
         grown = self._buffers(blocks * BLOCK)
         for new, old in zip(grown, self.kv):
@@ -254,7 +259,8 @@ class CompiledCachedModel(CachedModel):
                attention_mask: torch.Tensor | None = None) -> torch.Tensor:  # [T] -> [k, V]
         new = context_ids[self.n_cached:]
         if new.shape[0] > MAX_QUERY and position_ids is None:  # a long prompt: causal pieces, one pass
-            ends = list(range(self.n_cached + MAX_QUERY, context_ids.shape[0], MAX_QUERY)) + [context_ids.shape[0]]
+            T = context_ids.shape[0]
+            ends = list(range(self.n_cached + MAX_QUERY, T, MAX_QUERY)) + [T]
             pieces = [self.logits(context_ids[:end]) for end in ends]  # [<= MAX_QUERY, V] each
             self.calls -= len(ends) - 1  # as far as the loop is concerned, one pass
             logits = pieces[-1] if keep is not None and keep <= pieces[-1].shape[0] else torch.cat(pieces)
@@ -302,7 +308,8 @@ def check_against_eager(model, path: Path, n_context: int = 40, k: int = 4) -> f
     pass after it (a package built from other weights differs by whole units)."""
     lm = CompiledPass(model, torch._inductor.aoti_load_package(str(path)), path).lm()
     ref = CachedModel(model)
-    ids = torch.randint(0, model.config.vocab_size, (n_context + k,), generator=torch.Generator().manual_seed(0))
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, model.config.vocab_size, (n_context + k,), generator=g)
     ids = ids.to(next(model.parameters()).device)
     worst = (lm.logits(ids[:n_context], keep=1) - ref.logits(ids[:n_context], keep=1)).abs().max()
     worst = max(worst, (lm.logits(ids, keep=k) - ref.logits(ids, keep=k)).abs().max())

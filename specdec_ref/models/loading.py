@@ -77,7 +77,7 @@ def load_offline_target(device: torch.device | str | None = None, dtype: torch.d
     if isinstance(eos, int) and tokenizer.eos_token_id != eos:
         tokenizer.eos_token = tokenizer.convert_ids_to_tokens(eos)
     model = prepack_for_cpu(model.to(device or "cpu").eval(), prepack)
-    if model.device.type == "cpu":  # this machine's compiled pass, if `python -m specdec_ref compile` built one
+    if model.device.type == "cpu":  # the compiled pass, where `python -m specdec_ref compile` built one
         from . import aot
         aot.attach(model)
     return model, tokenizer

@@ -352,10 +352,12 @@ def calibrated_costs(target, drafter, ids: torch.Tensor, *, refresh: bool = Fals
     costs = calibrate(target, drafter, ids)
     problem = contention(costs)
     if problem is not None:
-        free = max(1, int(costs.cores - costs.other_load + 0.5)) if costs.other_load == costs.other_load else 1
+        known = costs.other_load == costs.other_load
+        free = max(1, int(costs.cores - costs.other_load + 0.5)) if known else 1
         print(f"calibration: not cached, and the method chosen from it may be off: {problem}. For a sound "
               f"choice, run when the machine is quiet, or give this process the cores it has "
-              f"(torch.set_num_threads({free}) before loading); SPECDEC_CALIBRATE=0 skips it", file=sys.stderr)
+              f"(torch.set_num_threads({free}) before loading); SPECDEC_CALIBRATE=0 skips it",
+              file=sys.stderr)
         return costs
     drift = current_step_seconds(target, ids) / costs.step_seconds
     if abs(drift - 1) > STEADY:
