@@ -19,12 +19,11 @@ from ..models import encode_chat
 from ..device import seconds_since, start_timer
 from ..drafters import TreeDrafter
 from ..generate import Generation, Stats, as_drafter, autoregressive_generate, speculative_generate
-from ..models.method import draft_pass_seconds, method_name
+from ..models.method import draft_pass_seconds, method_name, pass_seconds
 from ..tree import TreeBudget
 from ..sampling import SamplingConfig
 from .hf import ASSISTANT_SETTINGS, assistant_settings, constant_gamma
 from .speedup import predicted_speedup
-from .timing import forward_latency
 
 BENCH_PROMPTS = [  # chat prompts for benchmarks; none of them is in the draft's training prompts
     "Explain why the sky is blue to a ten-year-old.",
@@ -40,8 +39,9 @@ BENCH_PROMPTS = [  # chat prompts for benchmarks; none of them is in the draft's
 
 @torch.inference_mode()
 def decode_step_seconds(model, input_ids: torch.Tensor, repeats: int = 20) -> float:
-    """Median time of one cached one-token decode step after a prompt of this length (device synchronised)."""
-    return forward_latency(model, 1, context_len=input_ids.shape[1], warmup=2, repeats=repeats).median
+    """Median time of one cached one-token decode step after a prompt of this length (device synchronised),
+    through the cache the loops use (the compiled pass where the model has one: `models.aot`)."""
+    return pass_seconds(model, [1], input_ids.shape[1], repeats)[1]
 
 
 @dataclass

@@ -19,13 +19,13 @@ from ..cache import CachedModel, vocab_size
 from ..drafters import FeatureDrafter, TreeDrafter, empty_proposal
 from ..generate import as_drafter, autoregressive_generate, speculative_generate
 from ..models.kernels import kernel_path
-from ..models.method import CANDIDATES, calibrate, choose, method_name, parse_method, timed_steps
+from ..models.method import (CANDIDATES, calibrate, choose, method_name, parse_method, pass_seconds,
+                             timed_steps)
 from ..sampling import SamplingConfig
 from .bench import Row, cost_ratio, run_interleaved
 from .compare import target_answers
 from .coverage import coverage_by_depth
 from .speedup import best_gamma, predicted_speedup, speedup_by_gamma
-from .timing import latency_curve
 from ..tree import TreeBudget
 
 BLAME = {  # the factor that keeps speculation from paying off -> what to tell the reader
@@ -120,14 +120,14 @@ class NoDraft:
 
 def cost_ratios(target, draft, ks: range, context_len: int,
                 rounds: int = 5) -> tuple[list[float], float, float]:
-    """(t(k)/t(1) for k in ks, c, t(1) in seconds): t(k) from interleaved, warmed-up passes (`latency_curve`),
-    c from `bench.cost_ratio` (the one estimator of c: each round warmed, median of rounds)."""
+    """(t(k)/t(1) for k in ks, c, t(1) in seconds): t(k) from interleaved, warmed-up passes through the cache
+    the loops use (`models.method.pass_seconds`: the compiled pass where the target has one), c from
+    `bench.cost_ratio` (the one estimator of c: each round warmed, median of rounds)."""
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, vocab_size(target), (1, context_len),
                         generator=g).to(next(target.parameters()).device)
-    curve = latency_curve(target, ks, context_len=context_len, warmup=1, repeats=rounds)
-    return ([curve.cost_ratio(k) for k in ks], cost_ratio(target, draft, ids, 3 * rounds, rounds),
-            curve.median(1))
+    t = pass_seconds(target, list(ks), context_len, repeats=rounds)
+    return [t[k] / t[1] for k in ks], cost_ratio(target, draft, ids, 3 * rounds, rounds), t[1]
 
 
 def measure(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8,

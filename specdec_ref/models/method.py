@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..cache import CachedModel
+from ..cache import cached_model
 from ..device import seconds_since, start_timer
 from ..generate import Step, autoregressive_generate, rows_per_pass, speculative_generate
 from ..sampling import SamplingConfig
@@ -141,11 +141,12 @@ def machine_key(target, drafter) -> str:
 
 
 def pass_seconds(model, ks: list[int], context_len: int, repeats: int = 3) -> dict[int, float]:
-    """Median seconds of a cached target pass over k new rows after context_len tokens, k interleaved."""
+    """Median seconds of a cached target pass over k new rows after context_len tokens, k interleaved, through
+    the cache the loops use (`cached_model(cache="auto")`: the compiled pass where the model has one)."""
     device = next(model.parameters()).device
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, model.config.vocab_size, (context_len + max(ks),), generator=g).to(device)
-    lm = CachedModel(model)
+    lm = cached_model(model, cache="auto")
     lm.logits(ids[:context_len], keep=1)
     times: dict[int, list[float]] = {k: [] for k in ks}
     for r in range(repeats + 1):  # the first round warms up
@@ -181,7 +182,7 @@ def draft_pass_seconds(target, drafter, ids: torch.Tensor, repeats: int = 5) -> 
     tokens, greedy, hidden = ids[0], SamplingConfig(0), None
     drafter.sync(0)
     if drafter.wants_target_hidden:
-        lm = CachedModel(target, keep_hidden=drafter.wants_target_hidden)
+        lm = cached_model(target, keep_hidden=drafter.wants_target_hidden, cache="auto")
         lm.logits(tokens)
         hidden = lm.hidden[:-1]  # [T-1, d]
     drafter.sync(tokens.shape[0] - 1, hidden)
