@@ -198,7 +198,8 @@ def main(argv: list[str] | None = None) -> None:
     c = sub.add_parser("compile", help="CPU: compile the offline target's pass once for this machine "
                                        "(minutes); later runs load it in seconds")
     c.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
-    c.add_argument("--threads", type=int, default=None, help="torch CPU threads while autotuning")
+    c.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads the package is built for, and used with (default: torch's choice)")
     c.add_argument("--force", action="store_true", help="build it again even if one exists")
     c.set_defaults(temperature=0.0, top_k=None, top_p=None, gamma=None)
     if not argv or argv[0] not in ("generate", "bench", "diagnose", "compile", "-h", "--help"):

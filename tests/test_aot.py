@@ -102,3 +102,16 @@ def test_what_a_compiled_pass_cannot_do_is_refused_with_the_fix(attached):
         lm._make_room(aot.MAX_BLOCKS * aot.BLOCK + 1)
     with pytest.raises(ValueError, match="prepack=False"):
         aot.build(sd.prepack_for_cpu(tiny(seed=2)), options=FAST)
+
+
+def test_a_package_serves_the_thread_count_it_was_compiled_for(built, monkeypatch):
+    model, path = built
+    monkeypatch.setenv("SPECDEC_CACHE", str(path.parent.parent))
+    threads = torch.get_num_threads()
+    assert aot.package_path(model) == path  # built at this thread count
+    torch.set_num_threads(threads + 1)
+    try:  # Inductor wrote its GEMMs for `threads`: at another count the package is not used
+        assert aot.package_path(model) != path and aot.attach(model) is None
+    finally:
+        torch.set_num_threads(threads)
+        model.__dict__.pop("_specdec_compiled", None)

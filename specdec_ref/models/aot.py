@@ -12,7 +12,8 @@ Inductor's disk cache). So the pass is compiled once, ahead of time, into a pack
   (L, a multiple of `BLOCK`) are dynamic, so one package serves plain decoding, every chain, every tree and
   every context length.
 * `build` exports it (`torch.export`) and compiles the package (`aoti_compile_and_package`, a few minutes on
-  2 cores); `python -m specdec_ref compile` runs it for the offline target.
+  2 cores); `python -m specdec_ref compile` runs it for the offline target. Inductor writes its GEMMs for the
+  thread count it compiles at, so a package serves that thread count only (`package_key`).
 * `attach` loads the package for a model, if this machine has one, onto the model; then the loops'
   default `cache="auto"` runs the target through it (`CompiledCachedModel`). SPECDEC_AOT=0 opts out; the
   chapters and CI never build one, so they never wait for a compile.
@@ -109,7 +110,9 @@ def fingerprint(model) -> str:
 
 
 def package_key(model) -> str:
-    """The package's name: the processor, torch, the package's own version and the weights' fingerprint."""
+    """The package's name: the processor, torch's threads, torch, the package's own version and the weights'
+    fingerprint. Threads belong to it because Inductor writes its GEMMs for the thread count it compiles at
+    (a package built at 1 thread multiplies on one core whatever torch is told later)."""
     chip = platform.processor() or platform.machine()
     if os.path.exists("/proc/cpuinfo"):
         names = [line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
@@ -121,7 +124,8 @@ def package_key(model) -> str:
         ours = version("specdec_ref")
     except PackageNotFoundError:
         ours = "source"
-    parts = [chip, torch.__version__, ours, str(next(model.parameters()).device.type), fingerprint(model)]
+    device = next(model.parameters()).device.type
+    parts = [chip, str(torch.get_num_threads()), torch.__version__, ours, device, fingerprint(model)]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
