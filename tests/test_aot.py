@@ -34,7 +34,7 @@ def built(tmp_path_factory):
 def attached(built, monkeypatch):
     model, path = built
     monkeypatch.setenv("SPECDEC_CACHE", str(path.parent.parent))
-    assert aot.attach(model) is not None
+    assert aot.attach(model, enabled=True) is not None  # whatever SPECDEC_AOT says (scripts/test.sh: 0)
     yield model
     model.__dict__.pop("_specdec_compiled", None)
 
@@ -71,6 +71,7 @@ def test_greedy_chains_and_trees_through_the_compiled_pass_equal_plain_decoding(
 def test_attach_only_with_a_package_for_these_weights_and_never_when_switched_off(built, monkeypatch):
     model, path = built
     monkeypatch.setenv("SPECDEC_CACHE", str(path.parent.parent))
+    monkeypatch.delenv("SPECDEC_AOT", raising=False)
     other = tiny(seed=1)  # the same architecture, other weights: no package of its own
     assert aot.package_path(other) != path and aot.attach(other) is None
     assert isinstance(cached_model(other, cache="auto"), CachedModel)
@@ -107,6 +108,7 @@ def test_what_a_compiled_pass_cannot_do_is_refused_with_the_fix(attached):
 def test_a_package_serves_the_thread_count_it_was_compiled_for(built, monkeypatch):
     model, path = built
     monkeypatch.setenv("SPECDEC_CACHE", str(path.parent.parent))
+    monkeypatch.delenv("SPECDEC_AOT", raising=False)
     threads = torch.get_num_threads()
     assert aot.package_path(model) == path  # built at this thread count
     torch.set_num_threads(threads + 1)
