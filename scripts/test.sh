@@ -17,7 +17,8 @@ ruff check specdec_ref tests scripts book/_ext
 lint-imports
 
 echo "== unit and statistical tests"
-python -m pytest -q -n 2 -m "not kernel" tests  # two workers: every test runs single-threaded (tests/conftest.py)
+# two workers: every test runs single-threaded (tests/conftest.py); a module marked xdist_group stays on one
+python -m pytest -q -n 2 --dist loadgroup -m "not kernel" tests
 python -m pytest -q -m kernel tests -k "not segment_runs_alone"  # tests that start a Jupyter kernel, outside the workers
 # The workshop plan's segments, each alone in a fresh kernel (book/workshop_plan.yml): two processes, one core each
 seg() { OMP_NUM_THREADS=1 python -m pytest -q -p no:cacheprovider -m kernel tests/test_workshop_plan.py -k "$1"; }

@@ -9,6 +9,8 @@ from specdec_ref.models import aot
 from specdec_ref.models.feature_draft import FeatureHead
 from specdec_ref.models.toy import tiny_llama
 
+# one worker builds the tiny package once (scripts/test.sh runs pytest-xdist with --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("aot")
 FAST = dict(freezing=True)  # no autotuning: the package compiles in about a minute on 2 cores
 
 
@@ -25,7 +27,14 @@ def built(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("SPECDEC_CACHE", str(cache))
     model = tiny()
-    path = aot.build(model, options=FAST, verbose=False)
+    # a package serves the thread count it was built at, and every test runs at one (conftest.py), but a
+    # module fixture is set up before that function fixture: build at one thread explicitly
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        path = aot.build(model, options=FAST, verbose=False)
+    finally:
+        torch.set_num_threads(before)
     yield model, path
     mp.undo()
 
