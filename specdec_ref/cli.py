@@ -159,7 +159,7 @@ def compile_main(args) -> None:
     from .models import aot
     from .models.loading import default_dtype, load_offline_target
     dtype = default_dtype(torch.device("cpu")) if args.dtype == "auto" else getattr(torch, args.dtype)
-    model, _ = load_offline_target("cpu", dtype, prepack=False)
+    model, _ = load_offline_target("cpu", dtype, prepack=False, compiled=False)  # no old package loaded
     path = aot.package_path(model)
     if path.exists() and not args.force:
         print(f"this machine's compiled pass exists: {path} (--force builds it again)")

@@ -2,10 +2,13 @@
 
 The loop times a whole generation with `start_timer` / `seconds_since`, which synchronise first, so queued
 GPU work is never left out. Repeated measurements (`time_fn`, medians and spreads) are lab equipment and
-live in `lab/timing.py`.
+live in `lab/timing.py`. `chip_name` and `package_version` name what a cached measurement or a compiled
+package was made on.
 """
 from __future__ import annotations
 
+import os
+import platform
 import time
 
 import torch
@@ -42,3 +45,29 @@ def seconds_since(t0: float, device: torch.device | str) -> float:
     """Seconds from start_timer's t0 until the device has finished everything queued since."""
     synchronize(device)
     return time.perf_counter() - t0
+
+
+def chip_name(device: torch.device | str = "cpu", with_flags: bool = False) -> str:
+    """The processor behind `device`: the GPU's name, or the CPU's model name from /proc/cpuinfo, with its
+    instruction-set flags if `with_flags` (two CPUs of one name can differ in what a compiled kernel may
+    use)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    chip = platform.processor() or platform.machine()
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            lines = f.readlines()
+        names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+        flags = [line.strip() for line in lines if line.startswith("flags")]
+        chip = (names[0] if names else chip) + (" | " + flags[0] if with_flags and flags else "")
+    return chip
+
+
+def package_version() -> str:
+    """specdec_ref's installed version, or "source" when it runs from a checkout that is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("specdec_ref")
+    except PackageNotFoundError:
+        return "source"

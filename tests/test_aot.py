@@ -126,3 +126,22 @@ def test_a_package_serves_the_thread_count_it_was_compiled_for(built, monkeypatc
     finally:
         torch.set_num_threads(threads)
         model.__dict__.pop("_specdec_compiled", None)
+
+
+def test_latency_curves_time_the_compiled_pass_when_one_is_attached(attached, monkeypatch):
+    from specdec_ref.lab import timing
+    passes = []
+    real = aot.CompiledCachedModel.logits
+
+    def counted(self, context_ids, keep=None, **kw):
+        passes.append(context_ids.shape[0])
+        return real(self, context_ids, keep=keep, **kw)
+    monkeypatch.setattr(aot.CompiledCachedModel, "logits", counted)
+    curve = timing.latency_curve(attached, [1, 3], context_len=20, repeats=2, sequential_ks=[2])
+    # the prefill, then warm-up and repeats: each round one pass for k = 1, one for k = 3, two for sequential 2
+    assert passes == [20] + [21, 23, 21, 22] * 3
+    assert all(t.median > 0 for t in curve.one_pass.values()) and curve.sequential[2].median > 0
+    passes.clear()
+    attached.__dict__.pop("_specdec_compiled")  # power: without the package, the eager model is timed
+    timing.latency_curve(attached, [1, 3], context_len=20, repeats=2)
+    assert passes == []

