@@ -97,7 +97,9 @@ def generate_main(args) -> None:
     print(tokenizer.decode(spec.tokens, skip_special_tokens=True))
     print("-" * 60)
     s = spec.stats
-    print(f"method: {method_name(args)}; kernel path: {kernel_path(target)}")
+    compiled_head = type(getattr(draft, "head", None)).__name__ == "CompiledHead"
+    compiled_head = "; the feature head's pass is compiled too" if compiled_head else ""
+    print(f"method: {method_name(args)}; kernel path: {kernel_path(target)}{compiled_head}")
     print(f"τ = {spec.tokens.shape[0] / s.target_calls:.2f} tokens per target pass "
           f"({s.target_calls} target passes speculative vs {plain.stats.target_calls} plain)")
     if args.tree is None:
@@ -155,22 +157,31 @@ def diagnose_main(args) -> None:
 
 
 def compile_main(args) -> None:
-    """Build this machine's compiled pass for the offline target (models.aot), then check it against eager."""
-    from .models import aot
+    """Build this machine's compiled passes for the offline target and the feature head (models.aot), then
+    check the target's against eager."""
+    from .models import aot, feature_draft
     from .models.loading import default_dtype, load_offline_target
     dtype = default_dtype(torch.device("cpu")) if args.dtype == "auto" else getattr(torch, args.dtype)
     model, _ = load_offline_target("cpu", dtype, prepack=False, compiled=False)  # no old package loaded
     path = aot.package_path(model)
-    if path.exists() and not args.force:
-        print(f"this machine's compiled pass exists: {path} (--force builds it again)")
+    head = feature_draft.load(model) if feature_draft.available() else None
+    head_path = aot.package_path(head) if head is not None else None
+    if path.exists() and (head_path is None or head_path.exists()) and not args.force:
+        print(f"this machine's compiled passes exist: {path}" + (f", {head_path}" if head_path else "")
+              + " (--force builds them again)")
         return
     print(f"compiling the offline target's pass ({str(dtype).removeprefix('torch.')}, "
           f"{torch.get_num_threads()} threads): a few minutes, once per machine ...", file=sys.stderr,
           flush=True)
-    aot.build(model, path)
+    if args.force or not path.exists():
+        aot.build(model, path)
     worst = aot.check_against_eager(model, path)
+    if head is not None and (args.force or not head_path.exists()):
+        aot.build_head(head, head_path)
     print(f"compiled pass: {path}\n  its logits differ from the eager model's by at most {worst:.2g}; "
-          "the loops now run the offline target through it (SPECDEC_AOT=0 opts out)")
+          "the loops now run the offline target through it"
+          + (f"\ncompiled feature head: {head_path}" if head is not None else "")
+          + "\n(SPECDEC_AOT=0 opts out)")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -68,12 +68,12 @@ def test_the_compiled_pass_gives_the_eager_logits_across_pieces_growth_and_rollb
 def test_greedy_chains_and_trees_through_the_compiled_pass_equal_plain_decoding(attached):
     torch.manual_seed(0)
     drafter = sd.FeatureDrafter(FeatureHead(attached).eval())
-    ids = torch.tensor([[1, 2, 3, 4, 5, 6, 7]])
-    plain = sd.autoregressive_generate(attached, ids, 40)
-    eager = sd.autoregressive_generate(attached, ids, 40, cache="dynamic")
+    ids, greedy = torch.tensor([[1, 2, 3, 4, 5, 6, 7]]), sd.SamplingConfig(0.0)  # the default is T = 1
+    plain = sd.autoregressive_generate(attached, ids, 40, sampling=greedy)
+    eager = sd.autoregressive_generate(attached, ids, 40, sampling=greedy, cache="dynamic")
     assert torch.equal(plain.tokens, eager.tokens)  # the same greedy continuation either way
     for how in (dict(gamma=3), dict(tree=sd.TreeBudget(3, 2, 5))):  # a tree moves rows (keep_rows)
-        spec = sd.speculative_generate(attached, drafter, ids, 40, **how)
+        spec = sd.speculative_generate(attached, drafter, ids, 40, sampling=greedy, **how)
         assert torch.equal(spec.tokens, plain.tokens), how
 
 
@@ -138,10 +138,89 @@ def test_latency_curves_time_the_compiled_pass_when_one_is_attached(attached, mo
         return real(self, context_ids, keep=keep, **kw)
     monkeypatch.setattr(aot.CompiledCachedModel, "logits", counted)
     curve = timing.latency_curve(attached, [1, 3], context_len=20, repeats=2, sequential_ks=[2])
-    # the prefill, then warm-up and repeats: each round one pass for k = 1, one for k = 3, two for sequential 2
+    # the prefill, then warm-up and repeats: each round a pass for k = 1, one for k = 3, two for sequential 2
     assert passes == [20] + [21, 23, 21, 22] * 3
     assert all(t.median > 0 for t in curve.one_pass.values()) and curve.sequential[2].median > 0
     passes.clear()
     attached.__dict__.pop("_specdec_compiled")  # power: without the package, the eager model is timed
     timing.latency_curve(attached, [1, 3], context_len=20, repeats=2)
     assert passes == []
+
+
+@pytest.fixture(scope="module")
+def built_head(built, tmp_path_factory):
+    """A random feature head on the tiny target, and its compiled pass (built at one thread, as above)."""
+    model, _ = built
+    torch.manual_seed(0)
+    head = FeatureHead(model).eval()
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        path = aot.build_head(head, tmp_path_factory.mktemp("head") / "head.pt2", options=FAST, verbose=False)
+        compiled = aot.CompiledHead(head, torch._inductor.aoti_load_package(str(path)), path)
+    finally:
+        torch.set_num_threads(before)
+    return model, head, compiled
+
+
+@torch.inference_mode()
+def test_the_compiled_head_gives_the_eager_features_across_pieces_trees_and_crops(built_head):
+    from transformers import DynamicCache
+    _, head, compiled = built_head
+    d, g = head.fc.out_features, torch.Generator().manual_seed(0)
+    ref, kv = DynamicCache(), compiled.new_cache()
+    assert isinstance(kv, aot.HeadKV)
+
+    def both(h, x, **kw):
+        a, b = compiled(h, x, kv, **kw), head(h, x, ref, **kw)
+        assert a.shape == b.shape and torch.allclose(a, b, atol=1e-4), kw
+        assert kv.get_seq_length() == ref.get_seq_length()
+
+    both(torch.randn(1, 150, d, generator=g), torch.randint(0, 40, (1, 150), generator=g))  # pieces of 64
+    both(torch.randn(1, 1, d, generator=g), torch.randint(0, 40, (1, 1), generator=g))
+    kv.crop(-1)
+    ref.crop(-1)
+    # a tree pass of three nodes: node 0 and its two children, each seeing the context and its ancestors
+    allowed = torch.ones(3, 150 + 3, dtype=torch.bool)
+    allowed[:, 150:] = torch.tensor([[1, 0, 0], [1, 1, 0], [1, 0, 1]], dtype=torch.bool)
+    mask = sd.cache.additive_mask(allowed, torch.float32)[None, None]
+    both(torch.randn(1, 3, d, generator=g), torch.randint(0, 40, (1, 3), generator=g),
+         position_ids=torch.tensor([[150, 151, 151]]), attention_mask=mask)
+    kv.crop(-3)
+    ref.crop(-3)
+    both(torch.randn(1, 120, d, generator=g), torch.randint(0, 40, (1, 120), generator=g))  # grows past 256
+    assert kv.capacity == 2 * aot.BLOCK
+    assert not torch.allclose(compiled(torch.randn(1, 1, d, generator=g), torch.tensor([[3]]), kv),
+                              head(torch.randn(1, 1, d, generator=g), torch.tensor([[3]]), ref))  # power
+
+
+@torch.inference_mode()
+def test_a_drafter_with_the_compiled_head_drafts_what_the_eager_one_drafts(built_head):
+    model, head, compiled = built_head
+    ids = torch.randint(0, 40, (120,), generator=torch.Generator().manual_seed(1))
+    feats = model(input_ids=ids[None], output_hidden_states=True).hidden_states[-1][0]  # [120, d]
+    drafters = sd.FeatureDrafter(head), sd.FeatureDrafter(compiled)
+    for n in (9, 10, 14, 40, 41, 100, 110):  # one drafter each, its cache carried on and cropped back (sync)
+        out = []
+        for drafter in drafters:
+            drafter.sync(n, feats[:n])
+            chain = drafter.propose(ids[:n], 3, sd.SamplingConfig(1.0), torch.Generator().manual_seed(n))
+            drafter.sync(n - 1, feats[:n - 1])  # back one token: the tree re-feeds the last pair
+            drafter.sync(n, feats[:n])
+            tree = drafter.propose_tree(ids[:n], sd.TreeBudget(3, 2, 5), sd.SamplingConfig(0.0))
+            out.append((chain, tree))
+        (c0, t0), (c1, t1) = out
+        assert torch.equal(c0[0], c1[0]) and torch.allclose(c0[1], c1[1], atol=1e-5), n  # sampled chain, q
+        assert t0[0].parents == t1[0].parents and torch.equal(t0[1], t1[1]), n  # the same tree, same tokens
+    assert isinstance(drafters[1].cache, aot.HeadKV) and not isinstance(drafters[0].cache, aot.HeadKV)
+
+
+def test_what_a_compiled_head_cannot_serve_is_refused_or_left_eager(built_head):
+    model, head, compiled = built_head
+    assert "fuses" in aot.head_supported(FeatureHead(model, fuse_layers=(0, -1)))
+    assert aot.attach_head(FeatureHead(model, fuse_layers=(0, -1)), enabled=True).__class__ is FeatureHead
+    assert aot.attach_head(head, enabled=False) is head
+    with pytest.raises(ValueError, match="prepack=False"):
+        aot.build_head(sd.prepack_for_cpu(FeatureHead(model)), options=FAST)
+    with pytest.raises(ValueError, match="one sequence"):
+        compiled(torch.randn(2, 1, head.fc.out_features), torch.tensor([[1], [2]]), compiled.new_cache())

@@ -18,8 +18,10 @@ Inductor's disk cache). So the pass is compiled once, ahead of time, into a pack
   default `cache="auto"` runs the target through it (`CompiledCachedModel`). SPECDEC_AOT=0 opts out; the
   chapters and CI never build one, so they never wait for a compile.
 
-Only the target is compiled: a draft pass is a few percent of a target pass, and keeping it eager keeps every
-drafter pluggable.
+The feature head's decoder layers get a package of their own (`HeadStep`, `build_head`, `attach_head`):
+once the target's pass is compiled, an eager head pass costs a fifth of it or more, mostly in Python and
+dispatch, and that cost is c in every speedup formula. `CompiledHead` stands in for the head in
+`FeatureDrafter`, on KV buffers of its own (`HeadKV`); every other drafter stays eager and pluggable.
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ import torch
 from torch import nn
 from transformers import StaticCache
 
-from ..cache import CachedModel, additive_mask
+from ..cache import CachedModel, additive_mask, cache_kwargs
 from ..device import chip_name, package_version
 
 BLOCK = 256  # KV buffers hold a multiple of this many positions
@@ -73,7 +75,7 @@ class KVStep(nn.Module):
             layer.max_cache_len = kv[2 * i].shape[2]
             layer.cumulative_length = write.clone()
         out = self.model.base_model(input_ids=ids, position_ids=positions, attention_mask=mask,
-                                    cache=self.cache, use_cache=True)
+                                    **cache_kwargs(self.model.base_model, self.cache), use_cache=True)
         hidden = out.last_hidden_state[0]  # [q, d]
         return self.model.get_output_embeddings()(hidden), hidden
 
@@ -97,9 +99,10 @@ def causal_mask(start: int, q: int, length: int, dtype: torch.dtype, device=None
 
 
 def fingerprint(model) -> str:
-    """What a package's frozen weights depend on: the model's config, its dtype and a sample of every weight
-    (first and last 64 values of each tensor, and its sum), hashed."""
-    h = hashlib.sha256(model.config.to_json_string(use_diff=False).encode())
+    """What a package's frozen weights depend on: the model's config (a feature head's: its body's), its dtype
+    and a sample of every weight (first and last 64 values of each tensor, and its sum), hashed."""
+    config = model.config if hasattr(model, "config") else model.body.config
+    h = hashlib.sha256(config.to_json_string(use_diff=False).encode() + type(model).__name__.encode())
     with torch.no_grad():
         for name, p in model.state_dict().items():
             flat = p.detach().reshape(-1)
@@ -120,6 +123,7 @@ def package_key(model) -> str:
 
 
 def package_path(model) -> Path:
+    """Where this machine's package for `model` (a target, or a feature head) is, or would be, kept."""
     from .loading import cache_dir
     return cache_dir() / "aot" / f"{package_key(model)}.pt2"
 
@@ -151,16 +155,26 @@ def build(model, path: Path | None = None, *, options: dict | None = None, verbo
     problem = supported(model)
     if problem is not None:
         raise ValueError(f"cannot compile this model's pass: {problem}")
+    inputs = example_inputs(model)
+    q, length = _dims()
+    shapes = ({1: q}, {1: q}, None, {2: q, 3: length}, tuple({2: length} for _ in range(len(inputs) - 4)))
+    return _compile(KVStep(model).eval(), inputs, shapes, Path(path or package_path(model)), options,
+                    "the target's pass" if verbose else "")
+
+
+def _dims():
+    """The dynamic dimensions of every package: rows q (1..MAX_QUERY) and buffer length (BLOCK multiples)."""
+    return (torch.export.Dim("q", min=1, max=MAX_QUERY),
+            BLOCK * torch.export.Dim("blocks", min=1, max=MAX_BLOCKS))
+
+
+def _compile(step: nn.Module, inputs: tuple, shapes: tuple, path: Path, options: dict | None,
+             what: str) -> Path:
+    """torch.export `step` on `inputs` with dynamic `shapes`, compile it with Inductor's `options` into an
+    AOTInductor package at `path` (written whole or not at all); say how long it took unless `what` is ""."""
     import torch._inductor.config as inductor_config
 
-    path = Path(path or package_path(model))
     path.parent.mkdir(parents=True, exist_ok=True)
-    step = KVStep(model).eval()
-    inputs = example_inputs(model)
-    q = torch.export.Dim("q", min=1, max=MAX_QUERY)
-    length = BLOCK * torch.export.Dim("blocks", min=1, max=MAX_BLOCKS)
-    n_kv = len(inputs) - 4
-    shapes = ({1: q}, {1: q}, None, {2: q, 3: length}, tuple({2: length} for _ in range(n_kv)))
     start = time.perf_counter()
     with torch.inference_mode():
         exported = torch.export.export(step, inputs, dynamic_shapes=shapes)
@@ -176,8 +190,8 @@ def build(model, path: Path | None = None, *, options: dict | None = None, verbo
     finally:
         for k, v in saved.items():
             setattr(inductor_config, k, v)
-    if verbose:
-        print(f"compiled the target's pass: exported in {exported_s:.0f} s, compiled in "
+    if what:
+        print(f"compiled {what}: exported in {exported_s:.0f} s, compiled in "
               f"{time.perf_counter() - start - exported_s:.0f} s -> {path}", file=sys.stderr)
     return path
 
@@ -291,6 +305,175 @@ class CompiledCachedModel(CachedModel):
         self.n_cached = min(self.n_cached, n_tokens)
         if n_tokens == 0:
             self._hidden, self._finite = None, None
+
+
+# ---------------------------------------------------------------------------------------------
+# The feature head's pass
+# ---------------------------------------------------------------------------------------------
+
+class HeadStep(nn.Module):
+    """One cached pass of a `FeatureHead`'s fc and decoder layers, for torch.export:
+
+        (embeds [1, q, d], features [1, q, d], positions [1, q], write [] long, mask [1, 1, q, L],
+         k_0, v_0, ...) -> the head's output features [q, d]
+
+    The token embeddings come in ready-made (the embedding table is the target's: no second copy in the
+    package), and the output layer stays outside (`head.logits`, one matrix product). KV buffers as in
+    `KVStep`.
+    """
+
+    def __init__(self, head):
+        super().__init__()
+        self.head = head
+        config = head.body.config
+        self.cache = StaticCache(config=config, max_cache_len=BLOCK)
+        _, heads, _, head_dim = kv_shape(head.body, BLOCK)
+        self.cache.early_initialization(1, heads, head_dim, head.fc.weight.dtype, head.fc.weight.device)
+
+    def forward(self, embeds, features, positions, write, mask, *kv):
+        for i, layer in enumerate(self.cache.layers):
+            layer.keys, layer.values = kv[2 * i], kv[2 * i + 1]
+            layer.max_cache_len = kv[2 * i].shape[2]
+            layer.cumulative_length = write.clone()
+        x = self.head.fc(torch.cat([embeds, features], dim=-1))  # [1, q, 2d] -> [1, q, d]
+        out = self.head.body(inputs_embeds=x, position_ids=positions, attention_mask=mask,
+                             **cache_kwargs(self.head.body, self.cache), use_cache=True)
+        return out.last_hidden_state[0]
+
+
+def head_supported(head, *, for_build: bool = True) -> str | None:
+    """Why this feature head cannot get a compiled pass here, in words; None when it can."""
+    params = next(head.parameters(), None)
+    if params is None or params.device.type != "cpu":
+        return "compiled passes are built for CPU models"
+    if not hasattr(head, "body") or not hasattr(head, "fc"):
+        return f"{type(head).__name__} is not a FeatureHead (fc, then Llama decoder layers)"
+    if getattr(head, "fuse_layers", ()):
+        return ("a head that fuses several target layers reads wider features than its own guesses; "
+                "it stays eager")
+    if for_build and any(type(m).__name__ == "PrepackedLinear" for m in head.modules()):
+        return "the head's linear layers are prepacked for oneDNN; build from the plain head (prepack=False)"
+    return None
+
+
+def head_example_inputs(head, q: int = 3, length: int = 2 * BLOCK, start: int = 5) -> tuple:
+    dtype, device = head.fc.weight.dtype, head.fc.weight.device
+    d, n_layers = head.fc.out_features, head.body.config.num_hidden_layers
+    kv = [torch.zeros(kv_shape(head.body, length), dtype=dtype, device=device) for _ in range(2 * n_layers)]
+    embeds, features = (torch.randn(1, q, d, dtype=dtype, device=device) for _ in range(2))
+    return (embeds, features, torch.arange(start, start + q, device=device)[None],
+            torch.tensor(start, device=device),
+            causal_mask(start, q, length, dtype, device), *kv)
+
+
+def build_head(head, path: Path | None = None, *, options: dict | None = None, verbose: bool = True) -> Path:
+    """`build` for a feature head's pass (`HeadStep`): seconds to a minute on a 2-core CPU."""
+    problem = head_supported(head)
+    if problem is not None:
+        raise ValueError(f"cannot compile this head's pass: {problem}")
+    inputs = head_example_inputs(head)
+    q, length = _dims()
+    shapes = ({1: q}, {1: q}, {1: q}, None, {2: q, 3: length},
+              tuple({2: length} for _ in range(len(inputs) - 5)))
+    return _compile(HeadStep(head).eval(), inputs, shapes, Path(path or package_path(head)), options,
+                    "the feature head's pass" if verbose else "")
+
+
+class HeadKV:
+    """The compiled head's KV cache: buffers of a multiple of BLOCK positions and how many are in use. It
+    answers the two calls `FeatureDrafter` makes of a DynamicCache: `get_seq_length()` and `crop(-n)`."""
+
+    def __init__(self, head):
+        self.head, self.length = head, 0
+        self.kv = self._buffers(BLOCK)
+
+    def _buffers(self, length: int) -> list[torch.Tensor]:
+        w = self.head.fc.weight
+        return [torch.zeros(kv_shape(self.head.body, length), dtype=w.dtype, device=w.device)
+                for _ in range(2 * self.head.body.config.num_hidden_layers)]
+
+    @property
+    def capacity(self) -> int:
+        return self.kv[0].shape[2]
+
+    def make_room(self, end: int) -> None:
+        if end <= self.capacity:
+            return
+        blocks = -(-end // BLOCK)
+        if blocks > MAX_BLOCKS:
+            raise ValueError(f"the compiled head holds at most {MAX_BLOCKS * BLOCK} positions, this pass "
+                             f"needs {end}: shorten the prompt or max_new_tokens")
+        grown = self._buffers(blocks * BLOCK)
+        for new, old in zip(grown, self.kv):
+            new[:, :, :self.length] = old[:, :, :self.length]
+        self.kv = grown
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def crop(self, max_length: int) -> None:
+        """DynamicCache's rule: keep the first max_length positions; a negative one drops that many."""
+        self.length = max(0, self.length + max_length if max_length < 0 else min(self.length, max_length))
+
+
+class CompiledHead(nn.Module):
+    """A FeatureHead whose decoder pass runs through its compiled package when given a `HeadKV` cache
+    (`new_cache()`, which `FeatureDrafter` asks for); with any other cache, or none, the eager head runs.
+    Everything else (`logits`, `reduced_logits`, `fc`, `vocab_size`, ...) is the head's own."""
+
+    def __init__(self, head, runner, path: Path):
+        super().__init__()
+        self.inner, self.path = head, path
+        self.__dict__["runner"] = runner  # not a submodule
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self.__dict__["_modules"]["inner"], name)
+
+    def new_cache(self) -> HeadKV:
+        return HeadKV(self.inner)
+
+    def forward(self, hidden: torch.Tensor, next_tokens: torch.Tensor, cache=None, *,
+                position_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None) -> torch.Tensor:  # [1, k, d], [1, k] -> [1, k, d]
+        if not isinstance(cache, HeadKV):
+            return self.inner(hidden, next_tokens, cache, position_ids=position_ids,
+                              attention_mask=attention_mask)
+        q = next_tokens.shape[1]
+        if hidden.shape[0] != 1 or (q > MAX_QUERY and position_ids is not None):
+            raise ValueError(f"a compiled head's pass takes one sequence, and at most {MAX_QUERY} rows in a "
+                             "tree pass; SPECDEC_AOT=0 runs the eager head")
+        if q > MAX_QUERY:  # a long prompt: causal pieces
+            return torch.cat([self(hidden[:, i:i + MAX_QUERY], next_tokens[:, i:i + MAX_QUERY], cache)
+                              for i in range(0, q, MAX_QUERY)], dim=1)
+        start, dtype = cache.length, self.inner.fc.weight.dtype
+        cache.make_room(start + q)
+        L = cache.capacity
+        if position_ids is None:
+            positions = torch.arange(start, start + q, device=hidden.device)[None]
+            mask = causal_mask(start, q, L, dtype, hidden.device)
+        else:
+            positions = position_ids
+            never = torch.zeros(*attention_mask.shape[:-1], L - attention_mask.shape[-1], dtype=torch.bool,
+                                device=hidden.device)
+            mask = torch.cat([attention_mask.to(dtype), additive_mask(never, dtype)], dim=-1)
+        out = self.runner(self.inner.embed(next_tokens), hidden.to(dtype), positions,
+                          torch.tensor(start, device=hidden.device), mask, *cache.kv)
+        cache.length = start + q
+        return out[None]  # [1, q, d]
+
+def attach_head(head, *, enabled: bool | None = None):
+    """This machine's package for a feature head, if it has one: a `CompiledHead` to draft with; else the head
+    itself (no package, SPECDEC_AOT=0, or a head it cannot serve)."""
+    enabled = os.environ.get("SPECDEC_AOT", "1") != "0" if enabled is None else enabled
+    if not enabled or head_supported(head, for_build=False) is not None:
+        return head
+    path = package_path(head)
+    if not path.exists():
+        return head
+    return CompiledHead(head, torch._inductor.aoti_load_package(str(path)), path)
 
 
 @torch.inference_mode()

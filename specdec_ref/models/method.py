@@ -123,7 +123,7 @@ def machine_key(target, drafter) -> str:
     parts = [chip_name(device), device.type, str(torch.get_num_threads()), str(target.dtype),
              torch.__version__, package_version(), type(target).__name__,
              str(target.config.num_hidden_layers), str(target.config.hidden_size), type(drafter).__name__,
-             kernel_path(target)]
+             type(getattr(drafter, "head", None)).__name__, kernel_path(target)]  # a compiled head: its own c
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
