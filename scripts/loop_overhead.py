@@ -8,7 +8,9 @@ greedy, on distill.prompts.EVALUATION), the overhead is the generation's wall ti
 the models' forward passes (target body and head, draft body and head; the feature head's reduced output
 layer through `ReducedHead.reduced_logits`), per target pass. t(1) is the time of one target forward in plain
 decoding, measured the same way, so h / t(1) is comparable with `python -m specdec_ref diagnose`'s h. Prints
-one JSON line; run it on two checkouts, alternating, to compare them.
+one JSON line; run it on two checkouts, alternating, to compare them. Where this machine has compiled
+passes (`python -m specdec_ref compile`), the packages' own calls are timed instead, since hooks on the eager
+modules never fire (SPECDEC_AOT=0 measures the eager path).
 """
 import argparse
 import json
@@ -67,6 +69,23 @@ def timed_reduced(self, hidden):  # the feature head's and the LM draft's output
 
 
 ReducedHead.reduced_logits = timed_reduced
+
+
+def timed_runner(runner, is_target):  # a compiled pass (models.aot): hooks on the eager modules never fire
+    def run(*inputs):
+        t0 = time.perf_counter()
+        out = runner(*inputs)
+        inside["s"] += time.perf_counter() - t0
+        inside["target"] += is_target
+        return out
+    return run
+
+
+compiled = target.__dict__.get("_specdec_compiled")
+if compiled is not None:
+    compiled.runner = timed_runner(compiled.runner, True)
+if type(feature.head).__name__ == "CompiledHead":
+    feature.head.__dict__["runner"] = timed_runner(feature.head.runner, False)
 greedy = sd.SamplingConfig(0)
 runs = {"plain": lambda ids: sd.autoregressive_generate(target, ids, args.tokens, sampling=greedy),
         "chain γ=3, LM": lambda ids: sd.speculative_generate(target, sd.ModelDrafter(lm), ids, args.tokens,
@@ -89,6 +108,7 @@ for i, ids in enumerate([enc[0]] + enc):  # the first prompt twice: a warm-up ro
             if name == "plain":
                 t1.append(inside["s"] / inside["target"] * 1e3)
 step = statistics.median(t1)
-print(json.dumps({"package": sd.__file__, "threads": args.threads, "dtype": str(target.dtype), "t1_ms": step,
+print(json.dumps({"package": sd.__file__, "threads": args.threads, "dtype": str(target.dtype),
+                  "compiled": compiled is not None, "t1_ms": step,
                   **{name: {"ms": statistics.median(v), "of_t1": statistics.median(v) / step}
                      for name, v in per_pass.items()}}), file=sys.stdout)

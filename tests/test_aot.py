@@ -224,3 +224,18 @@ def test_what_a_compiled_head_cannot_serve_is_refused_or_left_eager(built_head):
         aot.build_head(sd.prepack_for_cpu(FeatureHead(model)), options=FAST)
     with pytest.raises(ValueError, match="one sequence"):
         compiled(torch.randn(2, 1, head.fc.out_features), torch.tensor([[1], [2]]), compiled.new_cache())
+
+
+def test_a_head_loaded_twice_finds_the_same_package(built, tmp_path):
+    from specdec_ref.models import feature_draft
+    model, _ = built
+    torch.manual_seed(1)
+    feature_draft.save(FeatureHead(model), tmp_path, {})
+    torch.manual_seed(2)  # construction draws random numbers; the file must decide everything the key reads
+    a = feature_draft.load(model, tmp_path)
+    torch.manual_seed(3)
+    b = feature_draft.load(model, tmp_path)
+    assert aot.package_path(a) == aot.package_path(b)
+    with torch.no_grad():
+        b.fc.weight[0, 0] += 1.0
+    assert aot.package_path(a) != aot.package_path(b)  # power: other weights, another package

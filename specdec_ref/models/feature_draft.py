@@ -68,6 +68,8 @@ class FeatureHead(nn.Module):
                 self.fuse.weight.zero_()
                 self.fuse.weight[:, -d:] = torch.eye(d)
         self.body = LlamaModel(config)  # its own 1-row embedding table is unused: we pass inputs_embeds
+        with torch.no_grad():  # zeroed, not random: a loaded head is a function of its file (aot.fingerprint)
+            self.body.embed_tokens.weight.zero_()
         self.head = ReducedHead(target.get_output_embeddings().weight, keep_ids.to(target.device))
         self.to(device=target.device, dtype=target.dtype)
 
