@@ -3,14 +3,16 @@ measure it.
 
     PYTHONPATH=<checkout> python scripts/loop_overhead.py [--threads 1] [--tokens 64] [--prompts 4]
 
-For each method (the LM draft's chain γ = 3, the feature head's chain γ = 2 and its dynamic tree 3/3/8;
-greedy, on distill.prompts.EVALUATION), the overhead is the generation's wall time minus the time spent inside
-the models' forward passes (target body and head, draft body and head; the feature head's reduced output
-layer through `ReducedHead.reduced_logits`), per target pass. t(1) is the time of one target forward in plain
-decoding, measured the same way, so h / t(1) is comparable with `python -m specdec_ref diagnose`'s h. Prints
-one JSON line; run it on two checkouts, alternating, to compare them. Where this machine has compiled
+For each method (the LM draft's chain γ = 3, the feature head's chain γ = 2 and its dynamic tree 3/3/8, and
+Hugging Face's assisted generation with the same LM draft at γ = 3, set on the assistant's generation_config;
+greedy, on distill.prompts.HELD_OUT[12:]), the overhead is the generation's wall time minus the time spent
+inside the models' forward passes (target body and head, draft body and head; the feature head's reduced
+output layer through `ReducedHead.reduced_logits`), per target pass. t(1) is the time of one target forward
+in plain decoding, measured the same way, so h / t(1) is comparable with `python -m specdec_ref diagnose`'s h.
+Prints one JSON line; run it on two checkouts, alternating, to compare them. Where this machine has compiled
 passes (`python -m specdec_ref compile`), the packages' own calls are timed instead, since hooks on the eager
-modules never fire (SPECDEC_AOT=0 measures the eager path).
+modules never fire (SPECDEC_AOT=0 measures the eager path). Hugging Face's generate always runs the eager
+target.
 """
 import argparse
 import json
@@ -30,6 +32,7 @@ warnings.filterwarnings("ignore")
 torch.set_num_threads(args.threads)
 import specdec_ref as sd  # noqa: E402
 from specdec_ref.distill.prompts import HELD_OUT  # noqa: E402
+from specdec_ref.lab.hf import assistant_settings, constant_gamma  # noqa: E402
 from specdec_ref.models import offline_draft  # noqa: E402
 from specdec_ref.models.offline_draft import ReducedHead  # noqa: E402
 
@@ -93,7 +96,16 @@ runs = {"plain": lambda ids: sd.autoregressive_generate(target, ids, args.tokens
         "chain γ=2, head": lambda ids: sd.speculative_generate(target, feature, ids, args.tokens, gamma=2,
                                                               sampling=greedy),
         "tree 3/3/8, head": lambda ids: sd.speculative_generate(target, feature, ids, args.tokens,
-                                                               tree=sd.TreeBudget(3, 3, 8), sampling=greedy)}
+                                                               tree=sd.TreeBudget(3, 3, 8), sampling=greedy),
+        "HF assisted γ=3, LM": lambda ids: hf_assisted(ids, 3)}
+
+
+def hf_assisted(ids, gamma):  # the same LM draft through Hugging Face, γ on the assistant's config
+    with assistant_settings(lm, **constant_gamma(gamma)):
+        target.generate(ids, attention_mask=torch.ones_like(ids), assistant_model=lm, do_sample=False,
+                        max_new_tokens=args.tokens, min_new_tokens=args.tokens, pad_token_id=tok.eos_token_id)
+
+
 enc = [sd.encode_chat(tok, q) for q in HELD_OUT[12:12 + args.prompts]]
 per_pass = {name: [] for name in runs}
 t1 = []
