@@ -190,6 +190,15 @@ def test_the_compiled_head_gives_the_eager_features_across_pieces_trees_and_crop
     ref.crop(-3)
     both(torch.randn(1, 120, d, generator=g), torch.randint(0, 40, (1, 120), generator=g))  # grows past 256
     assert kv.capacity == 2 * aot.BLOCK
+    # the package's own logits for rows of its latest pass; any other features through the head's layer
+    f = compiled(torch.randn(1, 3, d, generator=g), torch.randint(0, 40, (1, 3), generator=g), kv)[0]
+    for rows in (f, f[-1:], f[1], f[-1]):
+        assert compiled._rows(rows) is not None
+        assert torch.allclose(compiled.logits(rows), head.logits(rows), atol=1e-4)
+        assert torch.allclose(compiled.reduced_logits(rows)[0], head.reduced_logits(rows)[0], atol=1e-4)
+    assert compiled._rows(f.clone()) is None and compiled._rows(f[:, :4]) is None
+    kv.crop(-3)
+    ref.crop(-3)
     assert not torch.allclose(compiled(torch.randn(1, 1, d, generator=g), torch.tensor([[3]]), kv),
                               head(torch.randn(1, 1, d, generator=g), torch.tensor([[3]]), ref))  # power
 

@@ -41,6 +41,7 @@ from ..device import chip_name, package_version
 BLOCK = 256  # KV buffers hold a multiple of this many positions
 MAX_QUERY = 64  # rows one compiled pass takes; a longer prefill runs in pieces
 MAX_BLOCKS = 32  # the longest buffer a package takes: 32 x 256 = 8,192 positions (SmolLM2's context)
+FORMAT = 2  # the packages' inputs and outputs; a change makes every machine build them again
 INDUCTOR = dict(freezing=True, max_autotune=True, max_autotune_gemm_backends="CPP,ATEN")
 
 
@@ -118,7 +119,7 @@ def package_key(model) -> str:
     (a package built at 1 thread multiplies on one core whatever torch is told later)."""
     device = next(model.parameters()).device
     parts = [chip_name(device, with_flags=True), str(torch.get_num_threads()), torch.__version__,
-             package_version(), device.type, fingerprint(model)]
+             package_version(), str(FORMAT), device.type, fingerprint(model)]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
@@ -315,11 +316,10 @@ class HeadStep(nn.Module):
     """One cached pass of a `FeatureHead`'s fc and decoder layers, for torch.export:
 
         (embeds [1, q, d], features [1, q, d], positions [1, q], write [] long, mask [1, 1, q, L],
-         k_0, v_0, ...) -> the head's output features [q, d]
+         k_0, v_0, ...) -> (the head's output features [q, d], their logits over its own vocabulary [q, K])
 
     The token embeddings come in ready-made (the embedding table is the target's: no second copy in the
-    package), and the output layer stays outside (`head.logits`, one matrix product). KV buffers as in
-    `KVStep`.
+    package); the reduced output layer (K = 8,192 rows) runs inside. KV buffers as in `KVStep`.
     """
 
     def __init__(self, head):
@@ -338,7 +338,8 @@ class HeadStep(nn.Module):
         x = self.head.fc(torch.cat([embeds, features], dim=-1))  # [1, q, 2d] -> [1, q, d]
         out = self.head.body(inputs_embeds=x, position_ids=positions, attention_mask=mask,
                              **cache_kwargs(self.head.body, self.cache), use_cache=True)
-        return out.last_hidden_state[0]
+        features = out.last_hidden_state[0]  # [q, d]
+        return features, self.head.head.reduced_logits(features)
 
 
 def head_supported(head, *, for_build: bool = True) -> str | None:
@@ -419,12 +420,16 @@ class HeadKV:
 class CompiledHead(nn.Module):
     """A FeatureHead whose decoder pass runs through its compiled package when given a `HeadKV` cache
     (`new_cache()`, which `FeatureDrafter` asks for); with any other cache, or none, the eager head runs.
-    Everything else (`logits`, `reduced_logits`, `fc`, `vocab_size`, ...) is the head's own."""
+    The package also returns the logits of the features it just made: `logits` and `reduced_logits` of
+    those rows (or of some of them, as views) come from there instead of another matrix product. Everything
+    else (`fc`, `vocab_size`, ...) is the head's own, and any other features go through the head's own
+    output layer."""
 
     def __init__(self, head, runner, path: Path):
         super().__init__()
         self.inner, self.path = head, path
         self.__dict__["runner"] = runner  # not a submodule
+        self.__dict__["_last"] = None  # (features [q, d], their reduced logits [q, K]) of the latest pass
 
     def __getattr__(self, name):
         try:
@@ -434,6 +439,32 @@ class CompiledHead(nn.Module):
 
     def new_cache(self) -> HeadKV:
         return HeadKV(self.inner)
+
+    def _rows(self, f: torch.Tensor) -> torch.Tensor | None:  # [..., d] -> [..., K] or None
+        """The package's logits for f if f is made of whole rows of the latest pass's features (a view of
+        them), else None."""
+        if self._last is None:
+            return None
+        out, logits = self._last
+        d = out.shape[-1]
+        if (f.shape[-1] != d or f.dtype != out.dtype or f.stride(-1) != 1 or f.numel() == 0
+                or f.untyped_storage().data_ptr() != out.untyped_storage().data_ptr()):
+            return None
+        n, offset = f.numel() // d, f.storage_offset() - out.storage_offset()
+        if offset % d or (f.dim() > 1 and f.stride(-2) != d) or not 0 <= offset // d <= out.shape[0] - n:
+            return None
+        return logits[offset // d:offset // d + n].reshape(*f.shape[:-1], -1)
+
+    def logits(self, features: torch.Tensor) -> torch.Tensor:  # [..., d] -> [..., V]
+        rows = self._rows(features)
+        if rows is None:
+            return self.inner.logits(features)
+        full = features.new_full((*features.shape[:-1], self.inner.head.weight.shape[0]), float("-inf"))
+        return full.index_copy_(-1, self.inner.head.keep_ids, rows.to(full.dtype))
+
+    def reduced_logits(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = self._rows(features)
+        return self.inner.reduced_logits(features) if rows is None else (rows, self.inner.head.keep_ids)
 
     def forward(self, hidden: torch.Tensor, next_tokens: torch.Tensor, cache=None, *,
                 position_ids: torch.Tensor | None = None,
@@ -459,10 +490,12 @@ class CompiledHead(nn.Module):
             never = torch.zeros(*attention_mask.shape[:-1], L - attention_mask.shape[-1], dtype=torch.bool,
                                 device=hidden.device)
             mask = torch.cat([attention_mask.to(dtype), additive_mask(never, dtype)], dim=-1)
-        out = self.runner(self.inner.embed(next_tokens), hidden.to(dtype), positions,
-                          torch.tensor(start, device=hidden.device), mask, *cache.kv)
+        out, logits = self.runner(self.inner.embed(next_tokens), hidden.to(dtype), positions,
+                                  torch.tensor(start, device=hidden.device), mask, *cache.kv)
+        self.__dict__["_last"] = (out, logits)
         cache.length = start + q
         return out[None]  # [1, q, d]
+
 
 def attach_head(head, *, enabled: bool | None = None):
     """This machine's package for a feature head, if it has one: a `CompiledHead` to draft with; else the head
