@@ -222,6 +222,21 @@ def attach(model, *, enabled: bool | None = None) -> CompiledPass | None:
     return compiled
 
 
+def room_for(kv: list[torch.Tensor], used: int, end: int, make, what: str) -> list[torch.Tensor]:
+    """KV buffers [1, heads, L, d] that hold `end` positions: `kv` itself if they do, else new ones from
+    `make(length)` (the next multiple of BLOCK) with the first `used` positions copied over."""
+    if end <= kv[0].shape[2]:
+        return kv
+    blocks = -(-end // BLOCK)
+    if blocks > MAX_BLOCKS:
+        raise ValueError(f"{what} holds at most {MAX_BLOCKS * BLOCK} positions, this pass needs {end}: "
+                         "shorten the prompt or max_new_tokens")
+    grown = make(blocks * BLOCK)
+    for new, old in zip(grown, kv):
+        new[:, :, :used] = old[:, :, :used]
+    return grown
+
+
 class CompiledCachedModel(CachedModel):
     """A CachedModel whose passes run through the compiled package, on KV buffers it owns.
 
@@ -248,17 +263,7 @@ class CompiledCachedModel(CachedModel):
         return self.kv[0].shape[2]
 
     def _make_room(self, end: int) -> None:
-        if end <= self.capacity:
-            return
-        blocks = -(-end // BLOCK)
-        if blocks > MAX_BLOCKS:
-            raise ValueError(f"the compiled pass holds at most {MAX_BLOCKS * BLOCK} tokens, this one needs "
-                             f"{end}: "
-                             "shorten the prompt or max_new_tokens")
-        grown = self._buffers(blocks * BLOCK)
-        for new, old in zip(grown, self.kv):
-            new[:, :, :self.n_cached] = old[:, :, :self.n_cached]
-        self.kv = grown
+        self.kv = room_for(self.kv, self.n_cached, end, self._buffers, "the compiled pass")
 
     def logits(self, context_ids: torch.Tensor, keep: int | None = None, *,
                position_ids: torch.Tensor | None = None,
@@ -398,16 +403,7 @@ class HeadKV:
         return self.kv[0].shape[2]
 
     def make_room(self, end: int) -> None:
-        if end <= self.capacity:
-            return
-        blocks = -(-end // BLOCK)
-        if blocks > MAX_BLOCKS:
-            raise ValueError(f"the compiled head holds at most {MAX_BLOCKS * BLOCK} positions, this pass "
-                             f"needs {end}: shorten the prompt or max_new_tokens")
-        grown = self._buffers(blocks * BLOCK)
-        for new, old in zip(grown, self.kv):
-            new[:, :, :self.length] = old[:, :, :self.length]
-        self.kv = grown
+        self.kv = room_for(self.kv, self.length, end, self._buffers, "the compiled head")
 
     def get_seq_length(self) -> int:
         return self.length
