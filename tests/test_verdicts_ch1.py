@@ -161,3 +161,20 @@ def test_batch_knee_verdict_sees_the_per_sequence_cache_only_when_it_matters():
     assert "even more of the headroom" in batch_knee_verdict({128: 40, 8192: 40}, {128: 10, 8192: 5}, batch=8)
     with pytest.raises(ValueError, match="same two context lengths"):
         batch_knee_verdict({128: 40, 8192: 22}, {128: 6}, batch=8)
+
+
+def test_compiled_verdict_follows_the_seconds_and_the_ratios():
+    from specdec_ref.chapters.verdicts.ch1 import compiled_verdict, no_compiled_note
+    eager = {1: 45.0, 8: 50.0}
+    fast = compiled_verdict(eager, {1: 17.0, 8: 20.0})  # 8 tokens in less than eager's one; steeper ratio
+    assert "0.38 of the eager pass's time" in fast and "fewer seconds for 8 tokens" in fast
+    assert "steeper (1.18 against 1.11)" in fast and "not by its ratio" in fast
+    some = compiled_verdict(eager, {1: 40.0, 8: 46.0})  # faster, but 8 tokens cost more than eager's one
+    assert "fewer seconds" not in some and "8 tokens in 0.92 of the eager pass's 8" in some
+    assert "about the eager one's" in some
+    assert "flatter too" in compiled_verdict(eager, {1: 40.0, 8: 40.0})
+    slow = compiled_verdict(eager, {1: 50.0, 8: 55.0})
+    assert slow.startswith("The compiled pass is no faster here") and "1.11×" in slow
+    note = no_compiled_note("cpu", "/x.pt2")
+    assert "python -m specdec_ref compile" in note and "/x.pt2" in note
+    assert "CUDA graphs" in no_compiled_note("cuda")

@@ -262,3 +262,39 @@ def batch_knee_verdict(knee_1: Mapping[int, int], knee_b: Mapping[int, int], bat
         return (numbers + f": even at {long} tokens the caches are too small next to the weights to change "
                 "what batching takes away.")
     return numbers + ": at the long context the batch takes away even more of the headroom."
+
+
+def compiled_verdict(eager: Mapping[int, float], compiled: Mapping[int, float], k: int = 8) -> str:
+    """Appendix: what the ahead-of-time compiled pass (`models.aot`) does to the cost of a pass.
+    eager, compiled: seconds of one pass over k new tokens, by k (both with k = 1 and `k`)."""
+    one, many = compiled[1] / eager[1], compiled[k] / eager[1]
+    ratio_c, ratio_e = compiled[k] / compiled[1], eager[k] / eager[1]
+    if compiled[1] >= eager[1]:
+        return (f"The compiled pass is no faster here: one token costs {one:.2f}× the eager pass's time, "
+                "so the eager kernel stays the better path on this machine (SPECDEC_AOT=0 makes it the "
+                "default).")
+    lead = f"Compiled ahead of time, the pass scores one token in {one:.2f} of the eager pass's time"
+    if compiled[k] < eager[1]:
+        tokens = (f", and {k} tokens in {many:.2f} of the eager pass's one: fewer seconds for {k} tokens "
+                  "than the eager kernel spends on a single one")
+    else:
+        tokens = f", and {k} tokens in {compiled[k] / eager[k]:.2f} of the eager pass's {k}"
+    shape = {"higher": (f"Its own ratio t({k})/t(1) is steeper ({ratio_c:.2f} against {ratio_e:.2f}): the "
+                        "one-row pass got cheaper and the extra rows did not, so a kernel is judged by its "
+                        "seconds against the best t(1), not by its ratio."),
+             "level": (f"Its own ratio t({k})/t(1) is about the eager one's ({ratio_c:.2f} against "
+                       f"{ratio_e:.2f}): every k got cheaper alike."),
+             "lower": (f"Its own ratio t({k})/t(1) is flatter too ({ratio_c:.2f} against {ratio_e:.2f}): the "
+                       "extra rows got cheaper still.")}[compare(ratio_c, ratio_e, 0.05)]
+    return f"{lead}{tokens}. {shape}"
+
+
+def no_compiled_note(device_type: str, path: str | None = None) -> str:
+    """Appendix: why the compiled pass was not measured (a fact about this machine, not a measurement)."""
+    if device_type != "cpu":
+        return ("Compiled passes are built for CPUs; on a GPU the loops' cache='compiled' captures CUDA "
+                "graphs instead (chapter 6), so there is nothing to compare here.")
+    where = f" (it would be {path})" if path else ""
+    return (f"This machine has no compiled pass for this dtype and thread count{where}: "
+            "`python -m specdec_ref compile` builds one in a few minutes, once, and this section then "
+            "measures it against the eager pass.")
