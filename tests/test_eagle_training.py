@@ -13,6 +13,9 @@ from specdec_ref.models import feature_draft
 @pytest.mark.slow
 def test_quick_eagle_run_trains_resumes_and_exports(offline_pair, tmp_path):
     target, _, tok = offline_pair
+    features_only = eagle.EagleConfig(out=str(tmp_path / "run"), **{**eagle.QUICK, "stop_after": "features"})
+    assert eagle.run(features_only, target, tok) == (None, [], {})  # stops where it is told to
+    assert list((tmp_path / "run" / "features").glob("*.pt")) and not (tmp_path / "run" / "ckpt.pt").exists()
     cfg = eagle.EagleConfig(out=str(tmp_path / "run"), **eagle.QUICK)
     head, curve, report = eagle.run(cfg, target, tok)
     assert [c["step"] for c in curve] == [3, 6]
@@ -33,6 +36,12 @@ def test_quick_eagle_run_trains_resumes_and_exports(offline_pair, tmp_path):
     assert spec.tolist() == plain.tolist()  # fp32: the offline target has no near-tie in these 8 tokens
     with torch.no_grad():
         assert torch.equal(loaded.fc.weight, head.fc.weight.half().float())  # shipped in float16, loaded back
+
+
+def test_an_unknown_last_stage_is_refused_before_anything_runs(tmp_path):
+    with pytest.raises(ValueError, match="one of prompts, answers, features, train, eval"):
+        eagle.run(eagle.EagleConfig(out=str(tmp_path / "run"), stop_after="feature"))
+    assert not (tmp_path / "run").exists()
 
 
 def test_corpus_merges_other_runs_and_refuses_a_folder_without_answers(tmp_path):

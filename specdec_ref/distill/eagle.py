@@ -440,8 +440,14 @@ def alpha_per_position(target, drafter, tokenizer, prompts: list[str], gamma: in
     return [a / r if r else float("nan") for a, r in zip(accepted, reached)]
 
 
+STAGES = ("prompts", "answers", "features", "train", "eval")
+
+
 def run(cfg: EagleConfig, target=None, tokenizer=None):
     """All five stages -> (head, curve, report)."""
+    if cfg.stop_after not in STAGES:
+        raise ValueError(f"stop_after names the last stage to run, one of {', '.join(STAGES)}; "
+                         f"got {cfg.stop_after!r}")
     target, tokenizer = start_run(cfg, target, tokenizer)
     dtype = pick_dtype(cfg.gen_dtype, target)
     gen_model = prepack_for_cpu(copy.deepcopy(target).to(dtype))  # bfloat16 only where the CPU multiplies it
@@ -455,7 +461,11 @@ def run(cfg: EagleConfig, target=None, tokenizer=None):
         return None, [], {}
     feats = make_features(cfg, gen_model, answers)
     del gen_model
+    if cfg.stop_after == "features":
+        return None, [], {}
     head, curve = train(cfg, target, feats)
+    if cfg.stop_after == "train":
+        return head, curve, {}
     drafter = FeatureDrafter(head)
     report = {}
     for name, sampling in (("greedy", SamplingConfig(0)), ("T=1", SamplingConfig(1.0))):
