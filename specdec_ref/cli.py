@@ -159,7 +159,7 @@ def diagnose_main(args) -> None:
 def compile_main(args) -> None:
     """Build this machine's compiled passes for the offline target and the feature head (models.aot), then
     check the target's against eager."""
-    from .models import aot, feature_draft
+    from .models import aot, aot_head, feature_draft
     from .models.loading import default_dtype, load_offline_target
     dtype = default_dtype(torch.device("cpu")) if args.dtype == "auto" else getattr(torch, args.dtype)
     model, _ = load_offline_target("cpu", dtype, prepack=False, compiled=False)  # no old package loaded
@@ -177,7 +177,7 @@ def compile_main(args) -> None:
         aot.build(model, path)
     worst = aot.check_against_eager(model, path)
     if head is not None and (args.force or not head_path.exists()):
-        aot.build_head(head, head_path)
+        aot_head.build_head(head, head_path)
     print(f"compiled pass: {path}\n  its logits differ from the eager model's by at most {worst:.2g}; "
           "the loops now run the offline target through it"
           + (f"\ncompiled feature head: {head_path}" if head is not None else "")

@@ -362,7 +362,7 @@ class FeatureDrafter:
         """Cache the pairs (h_j, x_{j+1}) not fed yet, j < T - 1; return the last one's output: a guess of
         h_{T-1}."""
         T = context_ids.shape[0]
-        if self.cache is None:  # a compiled head (models.aot.CompiledHead) brings KV buffers of its own
+        if self.cache is None:  # a compiled head (models.aot_head.CompiledHead) brings KV buffers of its own
             self.cache = self.head.new_cache() if hasattr(self.head, "new_cache") else DynamicCache()
         h, x = self.features[self.n_fed:T - 1], context_ids[self.n_fed + 1:T]  # [m, d], [m]
         self.n_fed = T - 1

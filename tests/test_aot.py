@@ -5,7 +5,7 @@ import torch
 
 import specdec_ref as sd
 from specdec_ref.cache import CachedModel, cached_model
-from specdec_ref.models import aot
+from specdec_ref.models import aot, aot_head
 from specdec_ref.models.feature_draft import FeatureHead
 from specdec_ref.models.toy import tiny_llama
 
@@ -156,8 +156,9 @@ def built_head(built, tmp_path_factory):
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        path = aot.build_head(head, tmp_path_factory.mktemp("head") / "head.pt2", options=FAST, verbose=False)
-        compiled = aot.CompiledHead(head, torch._inductor.aoti_load_package(str(path)), path)
+        path = aot_head.build_head(head, tmp_path_factory.mktemp("head") / "head.pt2", options=FAST,
+                                   verbose=False)
+        compiled = aot_head.CompiledHead(head, torch._inductor.aoti_load_package(str(path)), path)
     finally:
         torch.set_num_threads(before)
     return model, head, compiled
@@ -169,7 +170,7 @@ def test_the_compiled_head_gives_the_eager_features_across_pieces_trees_and_crop
     _, head, compiled = built_head
     d, g = head.fc.out_features, torch.Generator().manual_seed(0)
     ref, kv = DynamicCache(), compiled.new_cache()
-    assert isinstance(kv, aot.HeadKV)
+    assert isinstance(kv, aot_head.HeadKV)
 
     def both(h, x, **kw):
         a, b = compiled(h, x, kv, **kw), head(h, x, ref, **kw)
@@ -221,16 +222,18 @@ def test_a_drafter_with_the_compiled_head_drafts_what_the_eager_one_drafts(built
         (c0, t0), (c1, t1) = out
         assert torch.equal(c0[0], c1[0]) and torch.allclose(c0[1], c1[1], atol=1e-5), n  # sampled chain, q
         assert t0[0].parents == t1[0].parents and torch.equal(t0[1], t1[1]), n  # the same tree, same tokens
-    assert isinstance(drafters[1].cache, aot.HeadKV) and not isinstance(drafters[0].cache, aot.HeadKV)
+    assert isinstance(drafters[1].cache, aot_head.HeadKV)
+    assert not isinstance(drafters[0].cache, aot_head.HeadKV)
 
 
 def test_what_a_compiled_head_cannot_serve_is_refused_or_left_eager(built_head):
     model, head, compiled = built_head
-    assert "fuses" in aot.head_supported(FeatureHead(model, fuse_layers=(0, -1)))
-    assert aot.attach_head(FeatureHead(model, fuse_layers=(0, -1)), enabled=True).__class__ is FeatureHead
-    assert aot.attach_head(head, enabled=False) is head
+    assert "fuses" in aot_head.head_supported(FeatureHead(model, fuse_layers=(0, -1)))
+    fused = FeatureHead(model, fuse_layers=(0, -1))
+    assert aot_head.attach_head(fused, enabled=True).__class__ is FeatureHead
+    assert aot_head.attach_head(head, enabled=False) is head
     with pytest.raises(ValueError, match="prepack=False"):
-        aot.build_head(sd.prepack_for_cpu(FeatureHead(model)), options=FAST)
+        aot_head.build_head(sd.prepack_for_cpu(FeatureHead(model)), options=FAST)
     with pytest.raises(ValueError, match="one sequence"):
         compiled(torch.randn(2, 1, head.fc.out_features), torch.tensor([[1], [2]]), compiled.new_cache())
 

@@ -130,8 +130,8 @@ def load_offline_pair(device: torch.device | str | None = None, dtype: torch.dty
         from ..drafters import FeatureDrafter
         head = prepack_for_cpu(feature_draft.load(target), prepack)
         if device.type == "cpu":  # the head's compiled pass, where `python -m specdec_ref compile` built one
-            from . import aot
-            head = aot.attach_head(head)
+            from . import aot_head
+            head = aot_head.attach_head(head)
         drafter = FeatureDrafter(head, default_gamma=2)
         if choose_method:
             from .method import default_methods

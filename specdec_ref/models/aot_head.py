@@ -1,0 +1,206 @@
+"""The feature head's pass compiled ahead of time (AOTInductor), as `models.aot` compiles the target's.
+
+Once the target's pass is compiled, an eager head pass costs a fifth of it or more, mostly in Python and
+dispatch, and that cost is c in every speedup formula. So the head gets a package of its own: `HeadStep` is
+its fc, decoder layers and reduced output layer over KV buffers given as inputs; `build_head` compiles it
+(seconds to a minute); `attach_head` wraps a head in a `CompiledHead` where this machine has its package,
+which `FeatureDrafter` then drafts with on buffers of its own (`HeadKV`). Every other drafter stays eager.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import StaticCache
+
+from ..cache import additive_mask, cache_kwargs
+from .aot import BLOCK, MAX_QUERY, _compile, _dims, causal_mask, kv_shape, package_path, room_for
+
+class HeadStep(nn.Module):
+    """One cached pass of a `FeatureHead`'s fc and decoder layers, for torch.export:
+
+        (embeds [1, q, d], features [1, q, d], positions [1, q], write [] long, mask [1, 1, q, L],
+         k_0, v_0, ...) -> (the head's output features [q, d], their logits over its own vocabulary [q, K])
+
+    The token embeddings come in ready-made (the embedding table is the target's: no second copy in the
+    package); the reduced output layer (K = 8,192 rows) runs inside. KV buffers as in `KVStep`.
+    """
+
+    def __init__(self, head):
+        super().__init__()
+        self.head = head
+        config = head.body.config
+        self.cache = StaticCache(config=config, max_cache_len=BLOCK)
+        _, heads, _, head_dim = kv_shape(head.body, BLOCK)
+        self.cache.early_initialization(1, heads, head_dim, head.fc.weight.dtype, head.fc.weight.device)
+
+    def forward(self, embeds, features, positions, write, mask, *kv):
+        for i, layer in enumerate(self.cache.layers):
+            layer.keys, layer.values = kv[2 * i], kv[2 * i + 1]
+            layer.max_cache_len = kv[2 * i].shape[2]
+            layer.cumulative_length = write.clone()
+        x = self.head.fc(torch.cat([embeds, features], dim=-1))  # [1, q, 2d] -> [1, q, d]
+        out = self.head.body(inputs_embeds=x, position_ids=positions, attention_mask=mask,
+                             **cache_kwargs(self.head.body, self.cache), use_cache=True)
+        features = out.last_hidden_state[0]  # [q, d]
+        return features, self.head.head.reduced_logits(features)
+
+
+def head_supported(head, *, for_build: bool = True) -> str | None:
+    """Why this feature head cannot get a compiled pass here, in words; None when it can."""
+    params = next(head.parameters(), None)
+    if params is None or params.device.type != "cpu":
+        return "compiled passes are built for CPU models"
+    if not hasattr(head, "body") or not hasattr(head, "fc"):
+        return f"{type(head).__name__} is not a FeatureHead (fc, then Llama decoder layers)"
+    if getattr(head, "fuse_layers", ()):
+        return ("a head that fuses several target layers reads wider features than its own guesses; "
+                "it stays eager")
+    if for_build and any(type(m).__name__ == "PrepackedLinear" for m in head.modules()):
+        return "the head's linear layers are prepacked for oneDNN; build from the plain head (prepack=False)"
+    return None
+
+
+def head_example_inputs(head, q: int = 3, length: int = 2 * BLOCK, start: int = 5) -> tuple:
+    dtype, device = head.fc.weight.dtype, head.fc.weight.device
+    d, n_layers = head.fc.out_features, head.body.config.num_hidden_layers
+    kv = [torch.zeros(kv_shape(head.body, length), dtype=dtype, device=device) for _ in range(2 * n_layers)]
+    embeds, features = (torch.randn(1, q, d, dtype=dtype, device=device) for _ in range(2))
+    return (embeds, features, torch.arange(start, start + q, device=device)[None],
+            torch.tensor(start, device=device),
+            causal_mask(start, q, length, dtype, device), *kv)
+
+
+def build_head(head, path: Path | None = None, *, options: dict | None = None, verbose: bool = True) -> Path:
+    """`build` for a feature head's pass (`HeadStep`): seconds to a minute on a 2-core CPU."""
+    problem = head_supported(head)
+    if problem is not None:
+        raise ValueError(f"cannot compile this head's pass: {problem}")
+    inputs = head_example_inputs(head)
+    q, length = _dims()
+    shapes = ({1: q}, {1: q}, {1: q}, None, {2: q, 3: length},
+              tuple({2: length} for _ in range(len(inputs) - 5)))
+    return _compile(HeadStep(head).eval(), inputs, shapes, Path(path or package_path(head)), options,
+                    "the feature head's pass" if verbose else "")
+
+
+class HeadKV:
+    """The compiled head's KV cache: buffers of a multiple of BLOCK positions and how many are in use. It
+    answers the two calls `FeatureDrafter` makes of a DynamicCache: `get_seq_length()` and `crop(-n)`."""
+
+    def __init__(self, head):
+        self.head, self.length = head, 0
+        self.kv = self._buffers(BLOCK)
+
+    def _buffers(self, length: int) -> list[torch.Tensor]:
+        w = self.head.fc.weight
+        return [torch.zeros(kv_shape(self.head.body, length), dtype=w.dtype, device=w.device)
+                for _ in range(2 * self.head.body.config.num_hidden_layers)]
+
+    @property
+    def capacity(self) -> int:
+        return self.kv[0].shape[2]
+
+    def make_room(self, end: int) -> None:
+        self.kv = room_for(self.kv, self.length, end, self._buffers, "the compiled head")
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def crop(self, max_length: int) -> None:
+        """DynamicCache's rule: keep the first max_length positions; a negative one drops that many."""
+        self.length = max(0, self.length + max_length if max_length < 0 else min(self.length, max_length))
+
+
+class CompiledHead(nn.Module):
+    """A FeatureHead whose decoder pass runs through its compiled package when given a `HeadKV` cache
+    (`new_cache()`, which `FeatureDrafter` asks for); with any other cache, or none, the eager head runs.
+    The package also returns the logits of the features it just made: `logits` and `reduced_logits` of
+    those rows (or of some of them, as views) come from there instead of another matrix product. Everything
+    else (`fc`, `vocab_size`, ...) is the head's own, and any other features go through the head's own
+    output layer."""
+
+    def __init__(self, head, runner, path: Path):
+        super().__init__()
+        self.inner, self.path = head, path
+        self.__dict__["runner"] = runner  # not a submodule
+        self.__dict__["_last"] = None  # (features [q, d], their reduced logits [q, K]) of the latest pass
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self.__dict__["_modules"]["inner"], name)
+
+    def new_cache(self) -> HeadKV:
+        return HeadKV(self.inner)
+
+    def _rows(self, f: torch.Tensor) -> torch.Tensor | None:  # [..., d] -> [..., K] or None
+        """The package's logits for f if f is made of whole rows of the latest pass's features (a view of
+        them), else None."""
+        if self._last is None:
+            return None
+        out, logits = self._last
+        d = out.shape[-1]
+        if (f.shape[-1] != d or f.dtype != out.dtype or f.stride(-1) != 1 or f.numel() == 0
+                or f.untyped_storage().data_ptr() != out.untyped_storage().data_ptr()):
+            return None
+        n, offset = f.numel() // d, f.storage_offset() - out.storage_offset()
+        if offset % d or (f.dim() > 1 and f.stride(-2) != d) or not 0 <= offset // d <= out.shape[0] - n:
+            return None
+        return logits[offset // d:offset // d + n].reshape(*f.shape[:-1], -1)
+
+    def logits(self, features: torch.Tensor) -> torch.Tensor:  # [..., d] -> [..., V]
+        rows = self._rows(features)
+        if rows is None:
+            return self.inner.logits(features)
+        full = features.new_full((*features.shape[:-1], self.inner.head.weight.shape[0]), float("-inf"))
+        return full.index_copy_(-1, self.inner.head.keep_ids, rows.to(full.dtype))
+
+    def reduced_logits(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = self._rows(features)
+        return self.inner.reduced_logits(features) if rows is None else (rows, self.inner.head.keep_ids)
+
+    def forward(self, hidden: torch.Tensor, next_tokens: torch.Tensor, cache=None, *,
+                position_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None) -> torch.Tensor:  # [1, k, d], [1, k] -> [1, k, d]
+        if not isinstance(cache, HeadKV):
+            return self.inner(hidden, next_tokens, cache, position_ids=position_ids,
+                              attention_mask=attention_mask)
+        q = next_tokens.shape[1]
+        if hidden.shape[0] != 1 or (q > MAX_QUERY and position_ids is not None):
+            raise ValueError(f"a compiled head's pass takes one sequence, and at most {MAX_QUERY} rows in a "
+                             "tree pass; SPECDEC_AOT=0 runs the eager head")
+        if q > MAX_QUERY:  # a long prompt: causal pieces
+            return torch.cat([self(hidden[:, i:i + MAX_QUERY], next_tokens[:, i:i + MAX_QUERY], cache)
+                              for i in range(0, q, MAX_QUERY)], dim=1)
+        start, dtype = cache.length, self.inner.fc.weight.dtype
+        cache.make_room(start + q)
+        L = cache.capacity
+        if position_ids is None:
+            positions = torch.arange(start, start + q, device=hidden.device)[None]
+            mask = causal_mask(start, q, L, dtype, hidden.device)
+        else:
+            positions = position_ids
+            never = torch.zeros(*attention_mask.shape[:-1], L - attention_mask.shape[-1], dtype=torch.bool,
+                                device=hidden.device)
+            mask = torch.cat([attention_mask.to(dtype), additive_mask(never, dtype)], dim=-1)
+        out, logits = self.runner(self.inner.embed(next_tokens), hidden.to(dtype), positions,
+                                  torch.tensor(start, device=hidden.device), mask, *cache.kv)
+        self.__dict__["_last"] = (out, logits)
+        cache.length = start + q
+        return out[None]  # [1, q, d]
+
+
+def attach_head(head, *, enabled: bool | None = None):
+    """This machine's package for a feature head, if it has one: a `CompiledHead` to draft with; else the head
+    itself (no package, SPECDEC_AOT=0, or a head it cannot serve)."""
+    enabled = os.environ.get("SPECDEC_AOT", "1") != "0" if enabled is None else enabled
+    if not enabled or head_supported(head, for_build=False) is not None:
+        return head
+    path = package_path(head)
+    if not path.exists():
+        return head
+    return CompiledHead(head, torch._inductor.aoti_load_package(str(path)), path)
