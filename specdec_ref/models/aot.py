@@ -84,9 +84,26 @@ def example_inputs(model, q: int = 3, length: int = 2 * BLOCK, start: int = 5) -
     ids = torch.randint(0, model.config.vocab_size, (1, q), device=device)
     positions = torch.arange(start, start + q, device=device)[None]
     mask = causal_mask(start, q, length, dtype, device)
-    kv = [torch.zeros(kv_shape(model, length), dtype=dtype, device=device)
-          for _ in range(2 * model.config.num_hidden_layers)]
+    kv = kv_buffers(model, length, dtype, device)
     return (ids, positions, torch.tensor(start, device=device), mask, *kv)
+
+
+def kv_buffers(model, length: int, dtype: torch.dtype, device=None) -> list[torch.Tensor]:
+    """Zeroed keys and values for every layer of `model` (a Hugging Face LM or a head's body), `length`
+    positions each: [k_0, v_0, k_1, v_1, ...]."""
+    return [torch.zeros(kv_shape(model, length), dtype=dtype, device=device)
+            for _ in range(2 * model.config.num_hidden_layers)]
+
+
+def pass_mask(start: int, q: int, length: int, dtype: torch.dtype, device=None,
+              attention_mask: torch.Tensor | None = None) -> torch.Tensor:  # -> [1, 1, q, length]
+    """The mask of a pass over q rows after `start` cached ones, as wide as buffers of `length` positions:
+    causal, or a tree pass's own mask [1, 1, q, start + q] padded with "never"."""
+    if attention_mask is None:
+        return causal_mask(start, q, length, dtype, device)
+    never = torch.zeros(*attention_mask.shape[:-1], length - attention_mask.shape[-1], dtype=torch.bool,
+                        device=device)
+    return torch.cat([attention_mask.to(dtype), additive_mask(never, dtype)], dim=-1)
 
 
 def causal_mask(start: int, q: int, length: int, dtype: torch.dtype, device=None) -> torch.Tensor:
@@ -252,8 +269,7 @@ class CompiledCachedModel(CachedModel):
         self.kv = self._buffers(BLOCK)
 
     def _buffers(self, length: int) -> list[torch.Tensor]:
-        return [torch.zeros(kv_shape(self.model, length), dtype=self.dtype, device=self.device)
-                for _ in range(2 * self.model.config.num_hidden_layers)]
+        return kv_buffers(self.model, length, self.dtype, self.device)
 
     @property
     def capacity(self) -> int:
@@ -276,14 +292,9 @@ class CompiledCachedModel(CachedModel):
         q, start = new.shape[0], self.n_cached
         self._make_room(start + q)
         L = self.capacity
-        if position_ids is None:
-            positions = torch.arange(start, start + q, device=self.device)
-            mask = causal_mask(start, q, L, self.dtype, self.device)
-        else:
-            positions = position_ids
-            never = torch.zeros(*attention_mask.shape[:-1], L - attention_mask.shape[-1], dtype=torch.bool,
-                                device=self.device)
-            mask = torch.cat([attention_mask.to(self.dtype), additive_mask(never, self.dtype)], dim=-1)
+        causal = position_ids is None
+        positions = torch.arange(start, start + q, device=self.device) if causal else position_ids
+        mask = pass_mask(start, q, L, self.dtype, self.device, None if causal else attention_mask)
         logits, hidden = self.runner(new[None], positions[None], torch.tensor(start, device=self.device),
                                      mask, *self.kv)
         if self.keep_hidden:

@@ -15,8 +15,9 @@ import torch
 from torch import nn
 from transformers import StaticCache
 
-from ..cache import additive_mask, cache_kwargs
-from .aot import BLOCK, MAX_QUERY, _compile, _dims, causal_mask, kv_shape, package_path, room_for
+from ..cache import cache_kwargs
+from .aot import (BLOCK, MAX_QUERY, _compile, _dims, causal_mask, kv_buffers, kv_shape, package_path,
+                  pass_mask, room_for)
 
 class HeadStep(nn.Module):
     """One cached pass of a `FeatureHead`'s fc and decoder layers, for torch.export:
@@ -65,8 +66,8 @@ def head_supported(head, *, for_build: bool = True) -> str | None:
 
 def head_example_inputs(head, q: int = 3, length: int = 2 * BLOCK, start: int = 5) -> tuple:
     dtype, device = head.fc.weight.dtype, head.fc.weight.device
-    d, n_layers = head.fc.out_features, head.body.config.num_hidden_layers
-    kv = [torch.zeros(kv_shape(head.body, length), dtype=dtype, device=device) for _ in range(2 * n_layers)]
+    d = head.fc.out_features
+    kv = kv_buffers(head.body, length, dtype, device)
     embeds, features = (torch.randn(1, q, d, dtype=dtype, device=device) for _ in range(2))
     return (embeds, features, torch.arange(start, start + q, device=device)[None],
             torch.tensor(start, device=device),
@@ -96,8 +97,7 @@ class HeadKV:
 
     def _buffers(self, length: int) -> list[torch.Tensor]:
         w = self.head.fc.weight
-        return [torch.zeros(kv_shape(self.head.body, length), dtype=w.dtype, device=w.device)
-                for _ in range(2 * self.head.body.config.num_hidden_layers)]
+        return kv_buffers(self.head.body, length, w.dtype, w.device)
 
     @property
     def capacity(self) -> int:
@@ -179,14 +179,9 @@ class CompiledHead(nn.Module):
         start, dtype = cache.length, self.inner.fc.weight.dtype
         cache.make_room(start + q)
         L = cache.capacity
-        if position_ids is None:
-            positions = torch.arange(start, start + q, device=hidden.device)[None]
-            mask = causal_mask(start, q, L, dtype, hidden.device)
-        else:
-            positions = position_ids
-            never = torch.zeros(*attention_mask.shape[:-1], L - attention_mask.shape[-1], dtype=torch.bool,
-                                device=hidden.device)
-            mask = torch.cat([attention_mask.to(dtype), additive_mask(never, dtype)], dim=-1)
+        positions = (torch.arange(start, start + q, device=hidden.device)[None] if position_ids is None
+                     else position_ids)
+        mask = pass_mask(start, q, L, dtype, hidden.device, None if position_ids is None else attention_mask)
         out, logits = self.runner(self.inner.embed(next_tokens), hidden.to(dtype), positions,
                                   torch.tensor(start, device=hidden.device), mask, *cache.kv)
         self.__dict__["_last"] = (out, logits)
