@@ -1,46 +1,54 @@
-"""Greedy through the one tree walk against a separate argmax walk (the one removed when trees got one rule).
+"""Greedy verification of one tree, from the target's logits: the general route (one-hot rows by
+`logits_to_probs`, then the one walk `verify_tree`) against the loop's shortcut (one argmax, then
+`verify_tree_greedy` on integers, plus the one-hot rows that `Step` reports).
 
-    python scripts/greedy_walk.py     # median microseconds per verification; the two agree on every tree
+    python scripts/greedy_walk.py [--threads 1] [--dtype bfloat16]  # µs per tree; both agree
 """
+import argparse
 import statistics
 import time
 
 import torch
 
-from specdec_ref.tree import Tree, verify_tree
+from specdec_ref.sampling import SamplingConfig, logits_to_probs, point_masses
+from specdec_ref.tree import Tree, verify_tree, verify_tree_greedy
 
-torch.set_num_threads(1)
-
-
-def verify_tree_greedy(tree, node_tokens, target_probs):  # the walk removed: argmax at every node
-    path, node = [], 0
-    while True:
-        best = target_probs[node].argmax()
-        match = [c for c in tree.children(node) if node_tokens[c] == best]
-        if not match:
-            return path, best[None]
-        node = match[0]
-        path.append(node)
-
-
-V = 49152
+p = argparse.ArgumentParser()
+p.add_argument("--threads", type=int, default=1)
+p.add_argument("--dtype", default="bfloat16")
+args = p.parse_args()
+torch.set_num_threads(args.threads)
+V, greedy = 49152, SamplingConfig(0)
 g = torch.Generator().manual_seed(0)
 tree = Tree.from_branching((3, 2, 1, 1))
 N = tree.size
-res = {"one walk": [], "greedy walk": []}
+
+
+def general(logits, node_tokens):
+    return verify_tree(tree, node_tokens, logits_to_probs(logits, greedy))
+
+
+def shortcut(logits, node_tokens):
+    best = logits.argmax(-1)
+    path, token = verify_tree_greedy(tree, node_tokens, best)
+    point_masses(best, V, logits.dtype)  # the rows Step carries
+    return path, token
+
+
+res = {"general route": [], "shortcut": []}
 for trial in range(300):
+    logits = torch.randn(N + 1, V, generator=g).to(getattr(torch, args.dtype))
+    argmax = logits.argmax(-1)
     node_tokens = torch.randint(0, V, (N + 1,), generator=g)
-    argmax = torch.randint(0, V, (N + 1,), generator=g)
     for i in range(1, N + 1):  # half the nodes carry the target's choice at their parent
         if torch.rand((), generator=g) < 0.5:
             node_tokens[i] = argmax[tree.parents[i]]
-    probs = torch.zeros(N + 1, V).scatter_(1, argmax[:, None], 1.0)  # greedy: one-hot target rows
-    for name, fn in (("one walk", lambda: verify_tree(tree, node_tokens, probs)),
-                     ("greedy walk", lambda: verify_tree_greedy(tree, node_tokens, probs))):
+    for name, fn in (("general route", general), ("shortcut", shortcut)):
         t0 = time.perf_counter()
-        fn()
+        fn(logits, node_tokens)
         res[name].append(time.perf_counter() - t0)
-    a, b = verify_tree(tree, node_tokens, probs), verify_tree_greedy(tree, node_tokens, probs)
+    a, b = general(logits, node_tokens), shortcut(logits, node_tokens)
     assert a[0] == b[0] and int(a[1]) == int(b[1])
 for k, v in res.items():
-    print(k, f"{statistics.median(v) * 1e6:.0f} µs median per tree of {N} nodes")
+    print(f"{k:14s} {statistics.median(v) * 1e6:5.0f} µs median per tree of {N} nodes over {V} tokens "
+          f"({args.dtype}, {args.threads} thread)")

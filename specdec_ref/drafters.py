@@ -30,7 +30,7 @@ import torch
 from transformers import DynamicCache
 
 from .cache import cached_model, vocab_size
-from .sampling import SamplingConfig, logits_to_probs, sample
+from .sampling import SamplingConfig, argmax, draw, point_masses
 from .tree import GrowingTree, Tree, TreeBudget, draft_tree, tree_depth, tree_node_positions, tree_rows_mask
 
 
@@ -156,8 +156,8 @@ class ModelDrafter:
         for i in range(gamma):
             # [V]: the cache has seq[:T+i-1], so one new token
             logits = self.lm.logits(seq[:T + i], keep=1)[0]
-            p = logits_to_probs(logits, sampling)  # [V], the same helper the target uses
-            seq[T + i] = sample(p, generator)
+            token, p = draw(logits, sampling, generator)  # [1], [V]: logits_to_probs, as for the target
+            seq[T + i] = token[0]
             probs.append(p)
             if self.confidence_stop is not None and logits.softmax(-1).max() < self.confidence_stop:
                 break  # the draft's own (T=1) confidence is low here, even when greedy: stop drafting
@@ -345,11 +345,17 @@ class FeatureDrafter:
         f = self.feed_context(context_ids)[None]  # [1, d] a guess of the newest token's feature
         tokens, probs = [], []
         while True:
-            logits = self.head.logits(f)[0]  # [V]
-            p = logits_to_probs(logits, sampling)  # [V], the same helper the target uses
-            tokens.append(sample(p, generator))  # [1]
+            if sampling.greedy and self.confidence_stop is None:  # the argmax of the head's own K tokens
+                rows, ids = self.head.reduced_logits(f)  # [1, K], [K] ascending: ties go as over all V
+                token = ids[argmax(rows[0])][None]  # [1]
+                p = point_masses(token[0], self.vocab_size, rows.dtype)  # [V]
+                unsure = False
+            else:
+                logits = self.head.logits(f)[0]  # [V]
+                token, p = draw(logits, sampling, generator)  # [1], [V]: logits_to_probs, as for the target
+                unsure = self.confidence_stop is not None and logits.softmax(-1).max() < self.confidence_stop
+            tokens.append(token)
             probs.append(p)
-            unsure = self.confidence_stop is not None and logits.softmax(-1).max() < self.confidence_stop
             if len(tokens) == gamma or unsure:
                 break
             f = self.head(f[None], tokens[-1][None], self.cache)[0]  # feed the guess back in: [1, d]

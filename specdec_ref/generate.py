@@ -15,9 +15,10 @@ import torch
 from .cache import CachedModel, cached_model, vocab_size
 from .device import seconds_since, start_timer
 from .drafters import TREE_MEMBERS, Drafter, ModelDrafter, TreeDrafter, as_drafter, missing_members
-from .sampling import SamplingConfig, logits_to_probs, sample
-from .tree import Tree, TreeBudget, as_tree, tree_attention_mask, tree_position_ids, verify_tree
-from .verify import verify
+from .sampling import SamplingConfig, argmax, draw, logits_to_probs, point_masses
+from .tree import (Tree, TreeBudget, as_tree, tree_attention_mask, tree_position_ids, verify_tree,
+                   verify_tree_greedy)
+from .verify import verify, verify_greedy
 
 
 @dataclass
@@ -148,8 +149,8 @@ def autoregressive_generate(model, input_ids: torch.Tensor, max_new_tokens: int,
     tokens, n_prompt = input_ids[0].long(), input_ids.shape[1]
     new, done = trim_new_tokens(tokens, n_prompt, max_new_tokens, eos_token_id)
     while not done:
-        probs = logits_to_probs(lm.logits(tokens, keep=1)[0], sampling)  # [V]
-        tokens = torch.cat([tokens, sample(probs, generator)])
+        token, _ = draw(lm.logits(tokens, keep=1)[0], sampling, generator)  # [1]: logits_to_probs, sample
+        tokens = torch.cat([tokens, token])
         new, done = trim_new_tokens(tokens, n_prompt, max_new_tokens, eos_token_id)
     lm.check_finite()
     stats = Stats(target_calls=lm.calls, seconds=seconds_since(t0, input_ids.device))
@@ -165,9 +166,16 @@ def speculative_step(target_lm: CachedModel, drafter: Drafter, tokens: torch.Ten
     g = draft_tokens.shape[0]  # a lookup drafter may find fewer than γ
     # 2. the target scores all γ+1 positions in one forward pass
     target_logits = target_lm.logits(torch.cat([tokens, draft_tokens]), keep=g + 1)  # [γ+1, V]
-    target_probs = logits_to_probs(target_logits, sampling)  # [γ+1, V]
     # 3. keep an exact prefix of the draft, plus one replacement or bonus token
-    n, next_token = verify(draft_tokens, draft_probs.to(target_probs.dtype), target_probs, generator)
+    # greedy: the same tokens from the argmax alone, the one-hot rows built for Step only (`verify_greedy`;
+    # lab.broken.using_verify sets it to None, to judge greedy chains too)
+    if sampling.greedy and verify_greedy is not None:
+        best = argmax(target_logits)  # [γ+1]
+        n, next_token = verify_greedy(draft_tokens, best)
+        target_probs = point_masses(best, target_logits.shape[-1], target_logits.dtype)  # [γ+1, V]
+    else:
+        target_probs = logits_to_probs(target_logits, sampling)  # [γ+1, V]
+        n, next_token = verify(draft_tokens, draft_probs.to(target_probs.dtype), target_probs, generator)
     # 4. append, and roll both caches back to the tokens that survived (the newest token is not fed yet)
     cache_before = target_lm.n_cached, drafter.n_cached
     new_tokens = torch.cat([tokens, draft_tokens[:n], next_token])  # [T + n + 1]
@@ -197,11 +205,16 @@ def tree_step(target_lm: CachedModel, drafter: TreeDrafter, tokens: torch.Tensor
     positions = tree_position_ids(tree, T, start, T + N, tokens.device)  # [q]
     # [n_nodes+1, V]
     target_logits = target_lm.logits(flat, keep=N + 1, position_ids=positions, attention_mask=mask)
-    target_probs = logits_to_probs(target_logits, sampling)  # [n_nodes+1, V]
     # 3. walk down the tree, keeping an exact path, plus one replacement or bonus token
-    if draft_probs is not None:
-        draft_probs = draft_probs.to(target_probs.dtype)
-    path, next_token = verify_tree(tree, node_tokens, target_probs, draft_probs, generator)
+    if sampling.greedy:  # the same path from the argmax alone (`verify_tree_greedy`), the rows for Step only
+        best = argmax(target_logits)  # [n_nodes+1]
+        path, next_token = verify_tree_greedy(tree, node_tokens, best)
+        target_probs = point_masses(best, target_logits.shape[-1], target_logits.dtype)  # [n_nodes+1, V]
+    else:
+        target_probs = logits_to_probs(target_logits, sampling)  # [n_nodes+1, V]
+        if draft_probs is not None:
+            draft_probs = draft_probs.to(target_probs.dtype)
+        path, next_token = verify_tree(tree, node_tokens, target_probs, draft_probs, generator)
     # 4. keep the path's keys and values (node i sits at flattened row T - 1 + i), drop the other nodes
     cache_before = target_lm.n_cached, drafter.n_cached
     target_lm.keep_rows(T, [T - 1 + i for i in path])

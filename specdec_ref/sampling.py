@@ -38,9 +38,9 @@ def _float_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def logits_to_probs(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:  # [..., V] -> [..., V]
     """Apply temperature, then top-k, then top-p, and normalise."""
-    logits = logits.to(_float_dtype(logits.dtype))
     if sampling.greedy:  # a one-hot distribution on the argmax (first index wins ties)
-        return torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+        return point_masses(argmax(logits), logits.shape[-1], logits.dtype)
+    logits = logits.to(_float_dtype(logits.dtype))
     logits = logits / sampling.temperature
     if sampling.top_k is not None and sampling.top_k < logits.shape[-1]:
         kth = torch.topk(logits, sampling.top_k, dim=-1).values[..., -1:]  # [..., 1]
@@ -54,6 +54,33 @@ def logits_to_probs(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Ten
         drop[..., -1] = False
         logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
     return logits.softmax(-1)
+
+
+def argmax(logits: torch.Tensor) -> torch.Tensor:  # [..., V] -> [...]
+    """The index of each row's largest logit, the first one on ties (as `torch.argmax`).
+
+    Through `max`, which gives the same indices: on a CPU, argmax over bfloat16 rows of 49,152 logits is not
+    vectorised and takes about 5 times as long (485 µs against 103 µs for 5 rows, 2 threads), more than the
+    rest of a greedy iteration's bookkeeping."""
+    return logits.max(-1).indices
+
+
+def point_masses(tokens: torch.Tensor, vocab_size: int,
+                 logits_dtype: torch.dtype) -> torch.Tensor:  # [...] -> [..., V]
+    """One-hot rows on these tokens, as `logits_to_probs` makes them when greedy from logits of this dtype."""
+    out = torch.zeros(*tokens.shape, vocab_size, dtype=_float_dtype(logits_dtype), device=tokens.device)
+    return out.scatter_(-1, tokens[..., None], 1.0)
+
+
+def draw(logits: torch.Tensor, sampling: SamplingConfig,
+         generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # [V] -> ([1], [V])
+    """`logits_to_probs` then `sample`: a token and the distribution it was drawn from. Greedy takes the
+    argmax straight away, the token `sample` would draw from the one-hot row, without its cumulative sum."""
+    if sampling.greedy:
+        token = argmax(logits)[None]  # [1]
+        return token, point_masses(token[0], logits.shape[-1], logits.dtype)
+    probs = logits_to_probs(logits, sampling)
+    return sample(probs, generator), probs
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:  # [V] -> [1]

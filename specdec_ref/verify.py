@@ -55,3 +55,17 @@ def verify(
         return n, sample(residual(target_probs[n], draft_probs[n]), generator)
     # every draft token was accepted: the target's last row gives one bonus token for free
     return gamma, sample(target_probs[gamma], generator)
+
+
+def verify_greedy(draft_tokens: torch.Tensor,
+                  target_tokens: torch.Tensor) -> tuple[int, torch.Tensor]:  # [γ], [γ+1] -> (n, [1])
+    """`verify` at temperature 0, from the target's argmax tokens alone (`target_logits.argmax(-1)`).
+
+    With one-hot target rows the rule above accepts x_i exactly when it is the target's argmax (p_target(x_i)
+    is 1 or 0, and u * p_draft < 1), whatever the draft's rows are, and a rejection's residual is the one-hot
+    row again. So the accepted prefix is the draft's agreement with the argmax, and the next token is the
+    argmax after it: the same tokens, with no row of probabilities built and no random draw.
+    """
+    agree = (draft_tokens == target_tokens[:draft_tokens.shape[0]]).long()  # [γ]
+    n = int(agree.cumprod(0).sum())
+    return n, target_tokens[n:n + 1]

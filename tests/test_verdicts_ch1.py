@@ -178,3 +178,5 @@ def test_compiled_verdict_follows_the_seconds_and_the_ratios():
     note = no_compiled_note("cpu", "/x.pt2")
     assert "python -m specdec_ref compile" in note and "/x.pt2" in note
     assert "CUDA graphs" in no_compiled_note("cuda")
+    off = no_compiled_note("cpu", "/x.pt2", switched_off=True)
+    assert "SPECDEC_AOT=0" in off and "python -m specdec_ref compile" not in off

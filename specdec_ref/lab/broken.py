@@ -131,9 +131,12 @@ def swapped(name: str, fn: Callable):
         setattr(generate, name, original)
 
 
+@contextlib.contextmanager
 def using_verify(fn: Callable):
-    """Run `speculative_generate` with a different verify function inside the block."""
-    return swapped("verify", fn)
+    """Run `speculative_generate` with a different verify function inside the block, greedy included (the
+    loop's argmax shortcut, `verify_greedy`, is switched off, so fn judges every chain)."""
+    with swapped("verify", fn), swapped("verify_greedy", None):
+        yield
 
 
 def verify_late_without_residual(draft_tokens, draft_probs, target_probs, generator=None,
@@ -178,11 +181,7 @@ def step_target_unprocessed(target_lm, drafter, tokens, gamma, sampling,
     Verify then tests the draft against a distribution the target is not asked to sample from: at
     temperature 1 with no top-k or top-p nothing changes, at any other setting the output is wrong.
     """
-    from .. import generate
-    original = generate.logits_to_probs
-    # [k, V] -> [k, V], ignores `sampling`
-    generate.logits_to_probs = lambda logits, _sampling: logits.softmax(-1)
-    try:
+    # [k, V] -> [k, V], ignores `sampling`; greedy too goes through it (the argmax shortcut is off)
+    plain_softmax = lambda logits, _sampling: logits.softmax(-1)  # noqa: E731
+    with swapped("logits_to_probs", plain_softmax), swapped("verify_greedy", None):
         return reference_step(target_lm, drafter, tokens, gamma, sampling, generator)
-    finally:
-        generate.logits_to_probs = original

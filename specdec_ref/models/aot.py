@@ -143,6 +143,11 @@ def package_path(model) -> Path:
     return cache_dir() / "aot" / f"{package_key(model)}.pt2"
 
 
+def switched_on() -> bool:
+    """False where SPECDEC_AOT=0 asks for the eager passes everywhere."""
+    return os.environ.get("SPECDEC_AOT", "1") != "0"
+
+
 def supported(model, *, for_build: bool = True) -> str | None:
     """Why this model cannot get a compiled pass here, in words; None when it can.
 
@@ -224,7 +229,7 @@ class CompiledPass:
 def attach(model, *, enabled: bool | None = None) -> CompiledPass | None:
     """Load this model's package, if this machine has built one, and attach it (`model._specdec_compiled`);
     return it, or None (no package, SPECDEC_AOT=0, or a model it cannot serve)."""
-    enabled = os.environ.get("SPECDEC_AOT", "1") != "0" if enabled is None else enabled
+    enabled = switched_on() if enabled is None else enabled
     model.__dict__.pop("_specdec_compiled", None)
     if not enabled or supported(model, for_build=False) is not None:
         return None

@@ -8,7 +8,6 @@ which `FeatureDrafter` then drafts with on buffers of its own (`HeadKV`). Every 
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
@@ -17,7 +16,7 @@ from transformers import StaticCache
 
 from ..cache import cache_kwargs
 from .aot import (BLOCK, MAX_QUERY, _compile, _dims, causal_mask, kv_buffers, kv_shape, package_path,
-                  pass_mask, room_for)
+                  pass_mask, room_for, switched_on)
 
 class HeadStep(nn.Module):
     """One cached pass of a `FeatureHead`'s fc and decoder layers, for torch.export:
@@ -192,7 +191,7 @@ class CompiledHead(nn.Module):
 def attach_head(head, *, enabled: bool | None = None):
     """This machine's package for a feature head, if it has one: a `CompiledHead` to draft with; else the head
     itself (no package, SPECDEC_AOT=0, or a head it cannot serve)."""
-    enabled = os.environ.get("SPECDEC_AOT", "1") != "0" if enabled is None else enabled
+    enabled = switched_on() if enabled is None else enabled
     if not enabled or head_supported(head, for_build=False) is not None:
         return head
     path = package_path(head)

@@ -36,6 +36,10 @@ class ReducedHead(nn.Module):
 
     def __init__(self, embedding: nn.Parameter, keep_ids: torch.Tensor):  # [V, d], [n]
         super().__init__()
+        if keep_ids.numel() > 1 and not bool((keep_ids[1:] > keep_ids[:-1]).all()):
+            raise ValueError("a reduced head's keep_ids must be distinct token ids in ascending order (so "
+                             "that its argmax breaks ties as one over the whole vocabulary does): pass "
+                             "torch.unique(keep_ids)")
         self.weight = embedding  # shared with the target; never trained here
         self.register_buffer("keep_ids", keep_ids.long())  # [n] token ids the draft can propose
         # [n, d] the rows it multiplies: a copy of the embedding's keep_ids rows (shipped only if it was

@@ -289,11 +289,15 @@ def compiled_verdict(eager: Mapping[int, float], compiled: Mapping[int, float], 
     return f"{lead}{tokens}. {shape}"
 
 
-def no_compiled_note(device_type: str, path: str | None = None) -> str:
+def no_compiled_note(device_type: str, path: str | None = None, switched_off: bool = False) -> str:
     """Appendix: why the compiled pass was not measured (a fact about this machine, not a measurement)."""
     if device_type != "cpu":
         return ("Compiled passes are built for CPUs; on a GPU the loops' cache='compiled' captures CUDA "
                 "graphs instead (chapter 6), so there is nothing to compare here.")
+    if switched_off:
+        return ("Compiled passes are switched off in this run (SPECDEC_AOT=0, as in CI, which never waits "
+                "for a compile), so only the eager pass was measured; unset it to measure a package this "
+                "machine has.")
     where = f" (it would be {path})" if path else ""
     return (f"This machine has no compiled pass for this dtype and thread count{where}: "
             "`python -m specdec_ref compile` builds one in a few minutes, once, and this section then "
