@@ -20,8 +20,9 @@ def section(text: str, heading: str) -> str:
 
 
 def unrecorded_numbers(text: str, record: str) -> list[str]:
-    """The numbers in `text` that `record` does not contain."""
-    return [n for n in DECIMAL.findall(text) + WITH_UNIT.findall(text) if n not in record]
+    """The numbers in `text` that `record` does not contain as whole numbers ("4.5" is not in "74.5")."""
+    return [n for n in DECIMAL.findall(text) + WITH_UNIT.findall(text)
+            if not re.search(rf"(?<![\d.]){re.escape(n)}(?!\d)", record)]
 
 
 def headrooms(text: str) -> dict[str, float]:
@@ -49,6 +50,8 @@ def test_the_record_check_catches_a_number_typed_afresh():
     sheet = section(PAGE, "What a laptop will show").replace("1.40×", f"{typed}×")
     assert set(unrecorded_numbers(sheet, README)) == {typed}
     assert unrecorded_numbers("a loop cost 4.5 ms, 12% of 300 MB", README) == ["4.5", "12%", "300 MB"]
+    assert unrecorded_numbers("4.5 ms", "74.5 tokens/s, 4.55 s") == ["4.5"]  # whole numbers only
+    assert unrecorded_numbers("4.5 ms", "it took 4.5 ms") == []
 
 
 def test_the_timing_verdict_is_the_one_its_table_gives():
