@@ -398,9 +398,7 @@ def verify_tree_greedy(tree: Tree, node_tokens: torch.Tensor,  # [n+1] x2 -> (pa
     """
     tokens, best = node_tokens.tolist(), target_tokens.tolist()
     path, node = [], 0
-    while True:
-        match = [c for c in tree.children(node) if tokens[c] == best[node]]
-        if not match:
-            return path, target_tokens[node:node + 1]
-        node = match[0]
+    while (child := next((c for c in tree.children(node) if tokens[c] == best[node]), None)) is not None:
+        node = child
         path.append(node)
+    return path, target_tokens[node:node + 1]
