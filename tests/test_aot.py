@@ -251,3 +251,29 @@ def test_a_head_loaded_twice_finds_the_same_package(built, tmp_path):
     with torch.no_grad():
         b.fc.weight[0, 0] += 1.0
     assert aot.package_path(a) != aot.package_path(b)  # power: other weights, another package
+
+
+def test_compiles_give_the_avx512_micro_gemm_register_blocks_of_at_most_twelve_accumulators():
+    with aot.small_register_blocks():  # imports the micro-GEMMs the way the compile does
+        pass
+    from torch._inductor.codegen import cpp_micro_gemm as micro
+    configs = micro.micro_gemm_configs[micro.CppMicroGemmFP32Vec]
+
+    def accumulators(config):
+        return config.register_blocking.block_m * max(config.register_blocking.block_n // 16, 1)
+
+    avx512 = [c for c in configs if c.vec_isa_cls is micro.VecAVX512]
+    before = [tuple(c.register_blocking) for c in configs]
+    with aot.small_register_blocks():
+        inside = micro.micro_gemm_configs[micro.CppMicroGemmFP32Vec]
+        assert len(inside) == len(configs)
+        assert max(accumulators(c) for c in inside if c.vec_isa_cls is micro.VecAVX512) <= 12
+        # the columns stay, the rows shrink to fit; every other ISA's blocks are untouched
+        assert [c.register_blocking.block_n for c in inside] == [c.register_blocking.block_n for c in configs]
+        assert [c for c in inside if c.vec_isa_cls is not micro.VecAVX512] == \
+            [c for c in configs if c.vec_isa_cls is not micro.VecAVX512]
+        with aot.small_register_blocks(max_accumulators=24):  # a looser cap changes nothing it allows
+            assert [accumulators(c) for c in micro.micro_gemm_configs[micro.CppMicroGemmFP32Vec]] == \
+                [min(accumulators(c), 24) for c in inside]
+    assert [tuple(c.register_blocking) for c in micro.micro_gemm_configs[micro.CppMicroGemmFP32Vec]] == before
+    assert avx512 and max(accumulators(c) for c in avx512) > 12, "torch's own blocks: the cap had work to do"

@@ -22,10 +22,12 @@ The feature head's pass gets a package of its own the same way (`models.aot_head
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -38,8 +40,9 @@ from ..device import chip_name, package_version
 BLOCK = 256  # KV buffers hold a multiple of this many positions
 MAX_QUERY = 64  # rows one compiled pass takes; a longer prefill runs in pieces
 MAX_BLOCKS = 32  # the longest buffer a package takes: 32 x 256 = 8,192 positions (SmolLM2's context)
-FORMAT = 2  # the packages' inputs and outputs; a change makes every machine build them again
+FORMAT = 3  # the packages' inputs, outputs and kernels; a change makes every machine build them again
 INDUCTOR = dict(freezing=True, max_autotune=True, max_autotune_gemm_backends="CPP,ATEN")
+MAX_BLOCK_ACCUMULATORS = 12  # vector accumulators per register block of the AVX-512 micro-GEMM (see below)
 
 
 def kv_shape(model, length: int) -> tuple[int, int, int, int]:
@@ -205,7 +208,8 @@ def _compile(step: nn.Module, inputs: tuple, shapes: tuple, path: Path, options:
         for k, v in options.items():
             setattr(inductor_config, k, v)
         tmp = path.with_suffix(".partial.pt2")
-        torch._inductor.aoti_compile_and_package(exported, package_path=str(tmp))
+        with small_register_blocks():
+            torch._inductor.aoti_compile_and_package(exported, package_path=str(tmp))
         tmp.replace(path)  # a package appears whole or not at all
     finally:
         for k, v in saved.items():
@@ -214,6 +218,38 @@ def _compile(step: nn.Module, inputs: tuple, shapes: tuple, path: Path, options:
         print(f"compiled {what}: exported in {exported_s:.0f} s, compiled in "
               f"{time.perf_counter() - start - exported_s:.0f} s -> {path}", file=sys.stderr)
     return path
+
+
+@contextmanager
+def small_register_blocks(max_accumulators: int = MAX_BLOCK_ACCUMULATORS):
+    """While compiling, give Inductor's AVX-512 micro-GEMM (`CppMicroGemmFP32Vec`) register blocks of at most
+    `max_accumulators` vectors: 4 rows x 48 columns instead of 8 x 48.
+
+    Its kernel keeps a block's rows x columns/16 accumulators in a lambda-unrolled array. On an AMD EPYC Zen 4
+    (AVX512-BF16, no AMX) a layer of 576 -> 1536 in bfloat16 cost 2-4 times as much for 5-8 rows as for 4
+    whenever a block held 15 or more (8 x 48: 24; 8 x 32 at 8 rows: 16; 4 x 64 at 4 rows: 16), and stayed
+    near the price of 4 rows with blocks of 12 or fewer (`scripts/kernel_probe.py` measures the whole target).
+    Blocks of 4 rows read each weight once per 4 rows instead of once per 8, from cache. AVX2 blocks (4 x 24:
+    12 accumulators) and the AMX kernel are left as they are."""
+    import torch._inductor.select_algorithm  # noqa: F401  (first: importing the micro-GEMMs alone is circular)
+    from torch._inductor.codegen import cpp_gemm_template  # noqa: F401  (registers the micro-GEMMs)
+    from torch._inductor.codegen import cpp_micro_gemm as micro
+    saved = micro.micro_gemm_configs.get(micro.CppMicroGemmFP32Vec)
+    if saved is not None:
+        def fits(config) -> bool:
+            b = config.register_blocking
+            return (config.vec_isa_cls is not micro.VecAVX512
+                    or b.block_m * max(b.block_n // 16, 1) <= max_accumulators)
+        small = [dataclasses.replace(c, register_blocking=micro.GemmBlocking(
+                     max(1, max_accumulators // max(c.register_blocking.block_n // 16, 1)),
+                     c.register_blocking.block_n, c.register_blocking.block_k)) if not fits(c) else c
+                 for c in saved]
+        micro.micro_gemm_configs[micro.CppMicroGemmFP32Vec] = small
+    try:
+        yield
+    finally:
+        if saved is not None:
+            micro.micro_gemm_configs[micro.CppMicroGemmFP32Vec] = saved
 
 
 class CompiledPass:
