@@ -30,7 +30,7 @@ for item in args.packages:
     name, _, path = item.partition("=")
     if not path:
         p.error(f"give each package as NAME=PATH, got {item!r}")
-    lms[name] = aot.CompiledPass(model, torch._inductor.aoti_load_package(path), path).lm(name=name)
+    lms[name] = aot.CompiledPass(model, aot.load_package(path), path).lm(name=name)
 g = torch.Generator().manual_seed(0)
 ids = torch.randint(0, model.config.vocab_size, (CONTEXT + max(KS),), generator=g)
 times = {(name, k): [] for name in lms for k in KS}

@@ -81,7 +81,7 @@ def aot_lm(model):
     path = aot.package_path(model)
     if not path.exists():
         raise SystemExit(f"no compiled pass for this machine at {path}: run python -m specdec_ref compile")
-    return aot.CompiledPass(model, torch._inductor.aoti_load_package(str(path)), path).lm(name="aot")
+    return aot.CompiledPass(model, aot.load_package(path), path).lm(name="aot")
 
 
 class Path_:

@@ -158,7 +158,7 @@ def built_head(built, tmp_path_factory):
     try:
         path = aot_head.build_head(head, tmp_path_factory.mktemp("head") / "head.pt2", options=FAST,
                                    verbose=False)
-        compiled = aot_head.CompiledHead(head, torch._inductor.aoti_load_package(str(path)), path)
+        compiled = aot_head.CompiledHead(head, aot.load_package(path), path)
     finally:
         torch.set_num_threads(before)
     return model, head, compiled
@@ -277,3 +277,39 @@ def test_compiles_give_the_avx512_micro_gemm_register_blocks_of_at_most_twelve_a
                 [min(accumulators(c), 24) for c in inside]
     assert [tuple(c.register_blocking) for c in micro.micro_gemm_configs[micro.CppMicroGemmFP32Vec]] == before
     assert avx512 and max(accumulators(c) for c in avx512) > 12, "torch's own blocks: the cap had work to do"
+
+
+@torch.inference_mode()
+def test_the_flat_runner_returns_what_the_packages_own_call_returns(built):
+    model, path = built
+    runner = aot.load_package(path)
+    assert runner.flat  # our packages return (logits, hidden): a flat tuple
+    inputs = aot.example_inputs(model)
+    # the same pass twice writes the same keys and values at the same positions: both calls see equal inputs
+    ours, theirs = runner(*inputs), runner.compiled(*inputs)
+    assert isinstance(ours, tuple) and len(ours) == len(theirs) == 2
+    for a, b in zip(ours, theirs):
+        assert a.shape == b.shape and torch.equal(a, b)
+    assert ours[0].shape[-1] == model.config.vocab_size  # logits first, as CompiledCachedModel unpacks them
+
+
+def test_a_package_whose_outputs_are_not_a_flat_tuple_is_called_the_usual_way():
+    from torch.utils import _pytree as pytree
+
+    class Package:  # a stand-in: outputs {"logits": ...}, so boxed_run's flat list would lose the keys
+        class loader:
+            @staticmethod
+            def get_call_spec():
+                return ["", pytree.treespec_dumps(pytree.tree_structure({"logits": 0}))]
+
+            @staticmethod
+            def boxed_run(tensors):
+                raise AssertionError("boxed_run must not be called for a nested output")
+
+        def __call__(self, *tensors):
+            return {"logits": tensors[0]}
+
+    runner = aot.FlatRunner(Package())
+    assert not runner.flat
+    x = torch.ones(2)
+    assert runner(x)["logits"] is x

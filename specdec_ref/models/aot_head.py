@@ -15,8 +15,8 @@ from torch import nn
 from transformers import StaticCache
 
 from ..cache import cache_kwargs
-from .aot import (BLOCK, MAX_QUERY, _compile, _dims, causal_mask, kv_buffers, kv_shape, package_path,
-                  pass_mask, room_for, switched_on)
+from .aot import (BLOCK, MAX_QUERY, _compile, _dims, causal_mask, kv_buffers, kv_shape, load_package,
+                  package_path, pass_mask, room_for, switched_on)
 
 class HeadStep(nn.Module):
     """One cached pass of a `FeatureHead`'s fc and decoder layers, for torch.export:
@@ -197,4 +197,4 @@ def attach_head(head, *, enabled: bool | None = None):
     path = package_path(head)
     if not path.exists():
         return head
-    return CompiledHead(head, torch._inductor.aoti_load_package(str(path)), path)
+    return CompiledHead(head, load_package(path), path)
