@@ -236,16 +236,16 @@ def small_register_blocks(max_accumulators: int = MAX_BLOCK_ACCUMULATORS):
     from torch._inductor.codegen import cpp_gemm_template  # noqa: F401  (registers the micro-GEMMs)
     from torch._inductor.codegen import cpp_micro_gemm as micro
     saved = micro.micro_gemm_configs.get(micro.CppMicroGemmFP32Vec)
+    def capped(config):  # the same block with as many rows as max_accumulators allows
+        m, n, k = config.register_blocking
+        cols = max(n // 16, 1)  # 16 floats per AVX-512 vector
+        if config.vec_isa_cls is not micro.VecAVX512 or m * cols <= max_accumulators:
+            return config
+        return dataclasses.replace(config, register_blocking=micro.GemmBlocking(
+            max(1, max_accumulators // cols), n, k))
+
     if saved is not None:
-        def fits(config) -> bool:
-            b = config.register_blocking
-            return (config.vec_isa_cls is not micro.VecAVX512
-                    or b.block_m * max(b.block_n // 16, 1) <= max_accumulators)
-        small = [dataclasses.replace(c, register_blocking=micro.GemmBlocking(
-                     max(1, max_accumulators // max(c.register_blocking.block_n // 16, 1)),
-                     c.register_blocking.block_n, c.register_blocking.block_k)) if not fits(c) else c
-                 for c in saved]
-        micro.micro_gemm_configs[micro.CppMicroGemmFP32Vec] = small
+        micro.micro_gemm_configs[micro.CppMicroGemmFP32Vec] = [capped(c) for c in saved]
     try:
         yield
     finally:
