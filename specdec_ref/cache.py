@@ -85,7 +85,7 @@ class CachedModel:
         # [] float32 sum of every logit so far: NaN or +inf if one was
         self._finite: torch.Tensor | None = None
 
-    def note_finite(self, logits: torch.Tensor) -> None:  # [k, V]
+    def note_finite(self, logits: torch.Tensor, total: torch.Tensor | None = None) -> None:  # [k, V]
         """Remember whether these logits are all finite; check at once on a CPU, every 16 passes elsewhere.
 
         -inf is a legitimate logit (probability 0: a reduced draft head gives it to the tokens it never
@@ -94,10 +94,15 @@ class CachedModel:
         CPU. On a GPU a check is a host sync, which a per-token check would add to every step; checking every
         16th pass, and at the loop's end (`check_finite`), bounds how far a NaN can run before it is refused.
         """
-        total = logits.detach().sum(dtype=torch.float32)
+        total = logits.detach().sum(dtype=torch.float32) if total is None else total  # a pass may bring it
         self._finite = total if self._finite is None else self._finite + total
         if logits.device.type == "cpu" or self.calls % 16 == 0:
             self.check_finite()
+
+    def pass_argmax(self, logits: torch.Tensor) -> torch.Tensor | None:  # [k, V] -> [k] or None
+        """Each row's argmax if the pass that returned these logits computed it already (a compiled pass does,
+        `models.aot`), else None: the caller takes `sampling.argmax`."""
+        return None
 
     def check_finite(self) -> None:
         """Refuse NaN or inf logits with the likely cause and the fix, instead of sampling garbage from

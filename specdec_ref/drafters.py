@@ -344,25 +344,26 @@ class FeatureDrafter:
             return empty_proposal(context_ids, self.vocab_size)
         f = self.feed_context(context_ids)[None]  # [1, d] a guess of the newest token's feature
         tokens, probs = [], []
+        greedy = sampling.greedy and self.confidence_stop is None
         while True:
-            if sampling.greedy and self.confidence_stop is None:  # the argmax of the head's own K tokens
+            if greedy:  # the argmax of the head's own K tokens; the one-hot rows come once, at the end
                 rows, ids = self.head.reduced_logits(f)  # [1, K], [K] ascending: ties go as over all V
                 token = ids[argmax(rows[0])][None]  # [1]
-                p = point_masses(token[0], self.vocab_size, rows.dtype)  # [V]
                 unsure = False
             else:
                 logits = self.head.logits(f)[0]  # [V]
                 token, p = draw(logits, sampling, generator)  # [1], [V]: logits_to_probs, as for the target
+                probs.append(p)
                 unsure = self.confidence_stop is not None and logits.softmax(-1).max() < self.confidence_stop
             tokens.append(token)
-            probs.append(p)
             if len(tokens) == gamma or unsure:
                 break
             f = self.head(f[None], tokens[-1][None], self.cache)[0]  # feed the guess back in: [1, d]
         if len(tokens) > 1:
             self.cache.crop(-(len(tokens) - 1))  # drop the guessed positions: only real target features stay
         self.calls += len(tokens) - 1
-        return torch.cat(tokens), torch.stack(probs)  # [≤γ], [≤γ, V]
+        tokens = torch.cat(tokens)  # [≤γ]
+        return tokens, point_masses(tokens, self.vocab_size, rows.dtype) if greedy else torch.stack(probs)
 
     def feed_context(self, context_ids: torch.Tensor) -> torch.Tensor:  # [T] -> [d]
         """Cache the pairs (h_j, x_{j+1}) not fed yet, j < T - 1; return the last one's output: a guess of

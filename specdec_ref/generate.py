@@ -15,7 +15,7 @@ import torch
 from .cache import CachedModel, cached_model, vocab_size
 from .device import seconds_since, start_timer
 from .drafters import TREE_MEMBERS, Drafter, ModelDrafter, TreeDrafter, as_drafter, missing_members
-from .sampling import SamplingConfig, argmax, draw, logits_to_probs, point_masses
+from .sampling import SamplingConfig, argmax, logits_to_probs, point_masses, sample
 from .tree import (Tree, TreeBudget, as_tree, tree_attention_mask, tree_position_ids, verify_tree,
                    verify_tree_greedy)
 from .verify import verify, verify_greedy
@@ -58,7 +58,8 @@ class Step:
     # [γ, V] distributions they were sampled from (a tree: [n_nodes+1, V], or None when its children were
     # chosen deterministically: top-k or a lookup, judged as point masses)
     draft_probs: torch.Tensor | None
-    # [γ+1, V] the target's distributions at the same positions (a tree: [n_nodes+1, V])
+    # [γ+1, V] the target's distributions at the same positions (a tree: [n_nodes+1, V]); given as a function
+    # that builds them (greedy: `one_hot_rows`), they are built on first read
     target_probs: torch.Tensor
     n_accepted: int  # length of the accepted prefix (a tree: of the accepted path)
     next_token: int  # the replacement (if n_accepted < γ) or bonus token (if n_accepted == γ)
@@ -72,6 +73,21 @@ class Step:
     @property
     def n_drafted(self) -> int:
         return self.draft_tokens.shape[0]
+
+
+def _target_probs(step: Step) -> torch.Tensor:
+    rows = step.__dict__["_target_probs"]
+    if callable(rows):  # built now, once
+        rows = step.__dict__["_target_probs"] = rows()
+    return rows
+
+
+def _set_target_probs(step: Step, rows) -> None:
+    step.__dict__["_target_probs"] = rows
+
+
+# a property in place of the field the dataclass made (its __init__ assigns through the setter)
+Step.target_probs = property(_target_probs, _set_target_probs)
 
 
 @dataclass
@@ -149,12 +165,30 @@ def autoregressive_generate(model, input_ids: torch.Tensor, max_new_tokens: int,
     tokens, n_prompt = input_ids[0].long(), input_ids.shape[1]
     new, done = trim_new_tokens(tokens, n_prompt, max_new_tokens, eos_token_id)
     while not done:
-        token, _ = draw(lm.logits(tokens, keep=1)[0], sampling, generator)  # [1]: logits_to_probs, sample
+        logits = lm.logits(tokens, keep=1)  # [1, V]
+        if sampling.greedy:
+            token = greedy_tokens(lm, logits)  # [1]
+        else:
+            token = sample(logits_to_probs(logits[0], sampling), generator)  # [1]
         tokens = torch.cat([tokens, token])
         new, done = trim_new_tokens(tokens, n_prompt, max_new_tokens, eos_token_id)
     lm.check_finite()
     stats = Stats(target_calls=lm.calls, seconds=seconds_since(t0, input_ids.device))
     return Generation(new, stats)
+
+
+def greedy_tokens(lm: CachedModel, logits: torch.Tensor) -> torch.Tensor:  # [k, V] -> [k]
+    """Each row's argmax: the one a compiled pass computed inside (vectorised, `CachedModel.pass_argmax`),
+    else `sampling.argmax`."""
+    best = lm.pass_argmax(logits)
+    return argmax(logits) if best is None else best
+
+
+def one_hot_rows(best: torch.Tensor, logits: torch.Tensor) -> Callable[[], torch.Tensor]:  # [k] -> [k, V]
+    """The target's greedy distributions, one-hot on `best`, as a function that builds them: greedy
+    verification never reads them, so `Step.target_probs` builds them only when somebody looks (a tenth of a
+    millisecond for a chain's rows on a 2-core CPU, more for a tree's)."""
+    return lambda: point_masses(best, logits.shape[-1], logits.dtype)
 
 
 def speculative_step(target_lm: CachedModel, drafter: Drafter, tokens: torch.Tensor, gamma: int,
@@ -170,9 +204,9 @@ def speculative_step(target_lm: CachedModel, drafter: Drafter, tokens: torch.Ten
     # greedy: the same tokens from the argmax alone, the one-hot rows built for Step only (`verify_greedy`;
     # lab.broken.using_verify sets it to None, to judge greedy chains too)
     if sampling.greedy and verify_greedy is not None:
-        best = argmax(target_logits)  # [γ+1]
+        best = greedy_tokens(target_lm, target_logits)  # [γ+1]
         n, next_token = verify_greedy(draft_tokens, best)
-        target_probs = point_masses(best, target_logits.shape[-1], target_logits.dtype)  # [γ+1, V]
+        target_probs = one_hot_rows(best, target_logits)  # [γ+1, V], built if Step's reader asks
     else:
         target_probs = logits_to_probs(target_logits, sampling)  # [γ+1, V]
         n, next_token = verify(draft_tokens, draft_probs.to(target_probs.dtype), target_probs, generator)
@@ -207,9 +241,9 @@ def tree_step(target_lm: CachedModel, drafter: TreeDrafter, tokens: torch.Tensor
     target_logits = target_lm.logits(flat, keep=N + 1, position_ids=positions, attention_mask=mask)
     # 3. walk down the tree, keeping an exact path, plus one replacement or bonus token
     if sampling.greedy:  # the same path from the argmax alone (`verify_tree_greedy`), the rows for Step only
-        best = argmax(target_logits)  # [n_nodes+1]
+        best = greedy_tokens(target_lm, target_logits)  # [n_nodes+1]
         path, next_token = verify_tree_greedy(tree, node_tokens, best)
-        target_probs = point_masses(best, target_logits.shape[-1], target_logits.dtype)  # [n_nodes+1, V]
+        target_probs = one_hot_rows(best, target_logits)  # [n_nodes+1, V], built if Step's reader asks
     else:
         target_probs = logits_to_probs(target_logits, sampling)  # [n_nodes+1, V]
         if draft_probs is not None:

@@ -77,6 +77,38 @@ def test_greedy_chains_and_trees_through_the_compiled_pass_equal_plain_decoding(
         assert torch.equal(spec.tokens, plain.tokens), how
 
 
+@torch.inference_mode()
+def test_the_package_brings_each_rows_argmax_and_logit_sum_for_the_rows_it_returned(attached):
+    lm = cached_model(attached, cache="auto")
+    ids = torch.randint(0, 40, (60,), generator=torch.Generator().manual_seed(1))
+    for end, keep in ((50, 1), (54, 4), (55, None)):
+        logits = lm.logits(ids[:end], keep=keep)
+        best = lm.pass_argmax(logits)
+        assert torch.equal(best, sd.sampling.argmax(logits))  # the same tokens, row for row
+        assert lm.pass_argmax(logits.clone()) is None  # only for the very logits the latest pass returned
+    before = lm.logits(ids[:57], keep=2)
+    lm.logits(ids[:58], keep=1)
+    assert lm.pass_argmax(before) is None  # nor for an older pass's
+    assert CachedModel(attached).pass_argmax(before) is None  # an eager pass brings none
+    # the row sums guard against NaN: a NaN in a tree pass's mask reaches every logit and is refused
+    mask = aot.pass_mask(58, 2, 60, torch.float32)[..., :60].clone()
+    mask[..., 3] = float("nan")
+    with pytest.raises(ValueError, match="NaN or inf"):
+        lm.logits(ids[:60], keep=2, position_ids=torch.arange(58, 60), attention_mask=mask)
+
+
+def test_causal_masks_are_rows_of_one_kept_mask_and_the_same_as_built_afresh():
+    for start, q, length in ((0, 1, 256), (5, 3, 512), (250, 6, 256), (100, 4, 4096)):
+        mask = aot.causal_mask(start, q, length, torch.bfloat16)
+        assert torch.equal(mask, aot._causal_rows(start, q, length, torch.bfloat16))
+        assert mask.shape == (1, 1, q, length) and mask.is_contiguous()
+    again = aot.causal_mask(7, 2, 512, torch.bfloat16)
+    assert again.untyped_storage().data_ptr() == aot.causal_mask(3, 1, 512, torch.bfloat16).untyped_storage(
+        ).data_ptr()  # one kept mask per length, viewed
+    with pytest.raises(ValueError, match="does not fit"):
+        aot.causal_mask(255, 2, 256, torch.float32)
+
+
 def test_attach_only_with_a_package_for_these_weights_and_never_when_switched_off(built, monkeypatch):
     model, path = built
     monkeypatch.setenv("SPECDEC_CACHE", str(path.parent.parent))
@@ -283,11 +315,11 @@ def test_compiles_give_the_avx512_micro_gemm_register_blocks_of_at_most_twelve_a
 def test_the_flat_runner_returns_what_the_packages_own_call_returns(built):
     model, path = built
     runner = aot.load_package(path)
-    assert runner.flat  # our packages return (logits, hidden): a flat tuple
+    assert runner.flat  # our packages return (logits, hidden, argmax, row sums): a flat tuple
     inputs = aot.example_inputs(model)
     # the same pass twice writes the same keys and values at the same positions: both calls see equal inputs
     ours, theirs = runner(*inputs), runner.compiled(*inputs)
-    assert isinstance(ours, tuple) and len(ours) == len(theirs) == 2
+    assert isinstance(ours, tuple) and len(ours) == len(theirs) == 4
     for a, b in zip(ours, theirs):
         assert a.shape == b.shape and torch.equal(a, b)
     assert ours[0].shape[-1] == model.config.vocab_size  # logits first, as CompiledCachedModel unpacks them

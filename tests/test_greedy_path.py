@@ -125,3 +125,29 @@ def test_using_verify_judges_greedy_chains_too():
     with using_verify(accept_all):
         wrong = sd.speculative_generate(target, draft, ids, 40, gamma=4, sampling=GREEDY).tokens.tolist()
     assert same == plain and wrong != plain
+
+
+@pytest.mark.parametrize("how", [dict(gamma=3), dict(tree=(2, 2))])
+def test_greedy_steps_build_the_targets_one_hot_rows_only_when_read(how, monkeypatch):
+    """Greedy verification never reads the target's rows: a Step builds them on first read, once, and they are
+    the one-hot rows on the target's argmax that the eager rule would have made."""
+    from specdec_ref import generate
+    target, draft = tiny_pair(vocab_size=8, seed=0, noise=0.3, hidden=32, n_layers=2)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    built = []
+    real = generate.point_masses
+    monkeypatch.setattr(generate, "point_masses", lambda *a: built.append(1) or real(*a))
+    sd.speculative_generate(target, draft, ids, 20, sampling=GREEDY, **how)
+    assert built == []  # nobody looked: nothing built
+    steps = []
+    out = sd.speculative_generate(target, draft, ids, 20, sampling=GREEDY, on_step=steps.append, **how)
+    assert built == [] and steps
+    for step in steps:
+        rows = step.target_probs
+        assert rows is step.target_probs and rows.shape == (step.n_drafted + 1, 8)  # built once
+        assert torch.equal(rows.sum(-1), torch.ones(rows.shape[0])) and set(rows.unique().tolist()) == {0, 1}
+    assert len(built) == len(steps)
+    tokens, path = out.tokens.tolist(), steps[0]
+    # power: the rows are the target's own argmax, so the first step's next token is where its row is 1
+    row = path.n_accepted if path.path is None else (path.path[-1] if path.path else 0)
+    assert tokens[path.n_accepted] == int(path.target_probs[row].argmax())

@@ -23,6 +23,7 @@ The feature head's pass gets a package of its own the same way (`models.aot_head
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 import sys
@@ -40,7 +41,7 @@ from ..device import chip_name, package_version
 BLOCK = 256  # KV buffers hold a multiple of this many positions
 MAX_QUERY = 64  # rows one compiled pass takes; a longer prefill runs in pieces
 MAX_BLOCKS = 32  # the longest buffer a package takes: 32 x 256 = 8,192 positions (SmolLM2's context)
-FORMAT = 3  # the packages' inputs, outputs and kernels; a change makes every machine build them again
+FORMAT = 4  # the packages' inputs, outputs and kernels; a change makes every machine build them again
 INDUCTOR = dict(freezing=True, max_autotune=True, max_autotune_gemm_backends="CPP,ATEN")
 MAX_BLOCK_ACCUMULATORS = 12  # vector accumulators per register block of the AVX-512 micro-GEMM (see below)
 
@@ -56,10 +57,14 @@ class KVStep(nn.Module):
     """One cached pass of a Hugging Face decoder-only LM with nothing hidden, for torch.export:
 
         (ids [1, q], positions [1, q], write [] long, mask [1, 1, q, L], k_0, v_0, ..., k_n-1, v_n-1)
-            -> (logits [q, V], final hidden states [q, d])
+            -> (logits [q, V], final hidden states [q, d], argmax [q], row sums [q] float32)
 
     The pass writes its q keys and values into rows write..write+q-1 of the KV buffers ([1, heads, L, d]
     each) in place, and every row attends where the additive mask lets it (0 or the dtype's lowest value).
+    It also returns each row's argmax (the greedy token, first index on ties, as `sampling.argmax`) and the
+    float32 sum of its logits (NaN or +inf as soon as one logit is: `CachedModel.note_finite`). Both read
+    the logits once, in a reduction Inductor vectorises; ATen's max over bfloat16 rows of 49,152 logits is not
+    (0.06-0.35 ms for 1-8 rows on 2 cores, several times the sum's cost; `scripts/greedy_walk.py`).
     """
 
     def __init__(self, model):
@@ -78,7 +83,8 @@ class KVStep(nn.Module):
         out = self.model.base_model(input_ids=ids, position_ids=positions, attention_mask=mask,
                                     **cache_kwargs(self.model.base_model, self.cache), use_cache=True)
         hidden = out.last_hidden_state[0]  # [q, d]
-        return self.model.get_output_embeddings()(hidden), hidden
+        logits = self.model.get_output_embeddings()(hidden)  # [q, V]
+        return logits, hidden, logits.argmax(-1), logits.sum(-1, dtype=torch.float32)
 
 
 def example_inputs(model, q: int = 3, length: int = 2 * BLOCK, start: int = 5) -> tuple:
@@ -110,7 +116,25 @@ def pass_mask(start: int, q: int, length: int, dtype: torch.dtype, device=None,
 
 
 def causal_mask(start: int, q: int, length: int, dtype: torch.dtype, device=None) -> torch.Tensor:
-    """[1, 1, q, length]: row i (position start + i) sees positions 0..start+i."""
+    """[1, 1, q, length]: row i (position start + i) sees positions 0..start+i. Read-only: for buffers of up
+    to TEMPLATE_MAX positions, rows of one mask kept per length (a view; building it costs 4-5 small ops,
+    every pass of the target and the head)."""
+    if start + q > length:
+        raise ValueError(f"a pass of {q} rows after {start} positions does not fit buffers of {length}")
+    if length <= TEMPLATE_MAX:
+        return _causal_template(length, dtype, torch.device(device or "cpu"))[start:start + q][None, None]
+    return _causal_rows(start, q, length, dtype, device)
+
+
+TEMPLATE_MAX = 2048  # the longest buffer whose whole causal mask causal_mask keeps (8 MB in bfloat16)
+
+
+@functools.lru_cache(maxsize=4)
+def _causal_template(length: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:  # [L, L]
+    return _causal_rows(0, length, length, dtype, device)[0, 0]
+
+
+def _causal_rows(start: int, q: int, length: int, dtype: torch.dtype, device=None) -> torch.Tensor:
     rows = torch.arange(start, start + q, device=device)[:, None]  # [q, 1] the rows' positions
     allowed = torch.arange(length, device=device)[None] <= rows  # [q, length]
     return additive_mask(allowed, dtype)[None, None]
@@ -334,6 +358,7 @@ class CompiledCachedModel(CachedModel):
         super().__init__(model, keep_hidden, name)
         self.runner = runner
         self.kv = self._buffers(BLOCK)
+        self._latest: tuple[torch.Tensor, torch.Tensor] | None = None  # the latest pass's (logits, argmax)
 
     def _buffers(self, length: int) -> list[torch.Tensor]:
         return kv_buffers(self.model, length, self.dtype, self.device)
@@ -362,15 +387,22 @@ class CompiledCachedModel(CachedModel):
         causal = position_ids is None
         positions = torch.arange(start, start + q, device=self.device) if causal else position_ids
         mask = pass_mask(start, q, L, self.dtype, self.device, None if causal else attention_mask)
-        logits, hidden = self.runner(new[None], positions[None], torch.tensor(start, device=self.device),
-                                     mask, *self.kv)
+        logits, hidden, best, sums = self.runner(new[None], positions[None],
+                                                 torch.tensor(start, device=self.device), mask, *self.kv)
         if self.keep_hidden:
             self._store_hidden(hidden)
         self.n_cached = context_ids.shape[0]
         self.calls += 1
-        logits = logits if keep is None else logits[-keep:]
-        self.note_finite(logits)
+        if keep is not None:
+            logits, best, sums = logits[-keep:], best[-keep:], sums[-keep:]
+        self._latest = logits, best
+        self.note_finite(logits, sums.sum())
         return logits
+
+    def pass_argmax(self, logits: torch.Tensor) -> torch.Tensor | None:  # [k, V] -> [k]
+        """The package's own argmax of these logits if they are what the latest pass returned, else None."""
+        latest = self._latest
+        return latest[1] if latest is not None and logits is latest[0] else None
 
     def keep_rows(self, n_prefix: int, rows: list[int]) -> None:
         n = n_prefix + len(rows)
