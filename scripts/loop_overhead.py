@@ -1,11 +1,13 @@
 """The loop's own overhead per target pass, from hooks on the models alone: any commit of the package can
 measure it.
 
-    PYTHONPATH=<checkout> python scripts/loop_overhead.py [--threads 1] [--tokens 64] [--prompts 4]
+    PYTHONPATH=<checkout> python scripts/loop_overhead.py [--threads 1] [--tokens 64] [--prompts 4] \
+        [--temperature 0]
 
 For each method (the LM draft's chain γ = 3, the feature head's chain γ = 2 and its dynamic tree 3/3/8, and
 Hugging Face's assisted generation with the same LM draft at γ = 3, set on the assistant's generation_config;
-greedy, on distill.prompts.HELD_OUT[12:]), the overhead is the generation's wall time minus the time spent
+greedy unless --temperature says otherwise (each run seeded alike), on distill.prompts.HELD_OUT[12:]), the
+overhead is the generation's wall time minus the time spent
 inside the models' forward passes (target body and head, draft body and head; the feature head's reduced
 output layer through `ReducedHead.reduced_logits`), per target pass. t(1) is the time of one target forward
 in plain decoding, measured the same way, so h / t(1) is comparable with `python -m specdec_ref diagnose`'s h.
@@ -27,6 +29,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--threads", type=int, default=1)
 p.add_argument("--tokens", type=int, default=64)
 p.add_argument("--prompts", type=int, default=4)
+p.add_argument("--temperature", type=float, default=0.0, help="0: greedy; else sampled at this temperature")
 args = p.parse_args()
 warnings.filterwarnings("ignore")
 torch.set_num_threads(args.threads)
@@ -89,20 +92,31 @@ if compiled is not None:
     compiled.runner = timed_runner(compiled.runner, True)
 if type(feature.head).__name__ == "CompiledHead":
     feature.head.__dict__["runner"] = timed_runner(feature.head.runner, False)
-greedy = sd.SamplingConfig(0)
-runs = {"plain": lambda ids: sd.autoregressive_generate(target, ids, args.tokens, sampling=greedy),
+sampling = sd.SamplingConfig(args.temperature)
+
+
+def seeded():
+    return torch.Generator().manual_seed(0)
+
+
+runs = {"plain": lambda ids: sd.autoregressive_generate(target, ids, args.tokens, sampling=sampling,
+                                                        generator=seeded()),
         "chain γ=3, LM": lambda ids: sd.speculative_generate(target, sd.ModelDrafter(lm), ids, args.tokens,
-                                                            gamma=3, sampling=greedy),
+                                                            gamma=3, sampling=sampling, generator=seeded()),
         "chain γ=2, head": lambda ids: sd.speculative_generate(target, feature, ids, args.tokens, gamma=2,
-                                                              sampling=greedy),
+                                                              sampling=sampling, generator=seeded()),
         "tree 3/3/8, head": lambda ids: sd.speculative_generate(target, feature, ids, args.tokens,
-                                                               tree=sd.TreeBudget(3, 3, 8), sampling=greedy),
+                                                               tree=sd.TreeBudget(3, 3, 8), sampling=sampling,
+                                                               generator=seeded()),
         "HF assisted γ=3, LM": lambda ids: hf_assisted(ids, 3)}
 
 
 def hf_assisted(ids, gamma):  # the same LM draft through Hugging Face, γ on the assistant's config
+    sampled = {"do_sample": True, "temperature": args.temperature, "top_k": None} if args.temperature else {
+        "do_sample": False}
+    torch.manual_seed(0)
     with assistant_settings(lm, **constant_gamma(gamma)):
-        target.generate(ids, attention_mask=torch.ones_like(ids), assistant_model=lm, do_sample=False,
+        target.generate(ids, attention_mask=torch.ones_like(ids), assistant_model=lm, **sampled,
                         max_new_tokens=args.tokens, min_new_tokens=args.tokens, pad_token_id=tok.eos_token_id)
 
 
@@ -121,6 +135,7 @@ for i, ids in enumerate([enc[0]] + enc):  # the first prompt twice: a warm-up ro
                 t1.append(inside["s"] / inside["target"] * 1e3)
 step = statistics.median(t1)
 print(json.dumps({"package": sd.__file__, "threads": args.threads, "dtype": str(target.dtype),
+                  "temperature": args.temperature,
                   "compiled": compiled is not None, "t1_ms": step,
                   **{name: {"ms": statistics.median(v), "of_t1": statistics.median(v) / step}
                      for name, v in per_pass.items()}}), file=sys.stdout)

@@ -30,7 +30,7 @@ import torch
 from transformers import DynamicCache
 
 from .cache import cached_model, vocab_size
-from .sampling import SamplingConfig, argmax, draw, point_masses
+from .sampling import SamplingConfig, argmax, draw, draw_among, point_masses
 from .tree import GrowingTree, Tree, TreeBudget, draft_tree, tree_depth, tree_node_positions, tree_rows_mask
 
 
@@ -346,15 +346,16 @@ class FeatureDrafter:
         tokens, probs = [], []
         greedy = sampling.greedy and self.confidence_stop is None
         while True:
-            if greedy:  # the argmax of the head's own K tokens; the one-hot rows come once, at the end
-                rows, ids = self.head.reduced_logits(f)  # [1, K], [K] ascending: ties go as over all V
+            # the logits of the head's own K tokens (every other token's is -inf), ids ascending: ties and
+            # cumulative sums go in vocabulary order, as over all V
+            rows, ids = self.head.reduced_logits(f)  # [1, K], [K]
+            if greedy:  # the argmax; the one-hot rows come once, at the end
                 token = ids[argmax(rows[0])][None]  # [1]
                 unsure = False
-            else:
-                logits = self.head.logits(f)[0]  # [V]
-                token, p = draw(logits, sampling, generator)  # [1], [V]: logits_to_probs, as for the target
+            else:  # logits_to_probs over the K entries, as for the target; the [V] row filled in after
+                token, p = draw_among(rows[0], ids, self.vocab_size, sampling, generator)  # [1], [V]
                 probs.append(p)
-                unsure = self.confidence_stop is not None and logits.softmax(-1).max() < self.confidence_stop
+                unsure = self.confidence_stop is not None and rows[0].softmax(-1).max() < self.confidence_stop
             tokens.append(token)
             if len(tokens) == gamma or unsure:
                 break

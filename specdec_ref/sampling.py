@@ -41,7 +41,8 @@ def logits_to_probs(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Ten
     if sampling.greedy:  # a one-hot distribution on the argmax (first index wins ties)
         return point_masses(argmax(logits), logits.shape[-1], logits.dtype)
     logits = logits.to(_float_dtype(logits.dtype))
-    logits = logits / sampling.temperature
+    if sampling.temperature != 1:  # dividing by 1 changes nothing: skip a pass over every row
+        logits = logits / sampling.temperature
     if sampling.top_k is not None and sampling.top_k < logits.shape[-1]:
         kth = torch.topk(logits, sampling.top_k, dim=-1).values[..., -1:]  # [..., 1]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -81,6 +82,18 @@ def draw(logits: torch.Tensor, sampling: SamplingConfig,
         return token, point_masses(token[0], logits.shape[-1], logits.dtype)
     probs = logits_to_probs(logits, sampling)
     return sample(probs, generator), probs
+
+
+def draw_among(logits: torch.Tensor, ids: torch.Tensor, vocab_size: int, sampling: SamplingConfig,
+               generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """`draw` from logits given only for the tokens `ids` (ascending), every other token's logit being -inf,
+    as a draft with a reduced output layer makes them: [K], [K] -> (token [1], its distribution [V]).
+
+    The other tokens get probability 0 either way, so the work is done over K entries instead of V and the
+    row is scattered out once at the end. `ids` ascending keeps the cumulative sum in vocabulary order, so
+    one uniform draws the same token as `draw` over the full row would."""
+    token, probs = draw(logits, sampling, generator)  # [1], [K]
+    return ids[token], probs.new_zeros(vocab_size).index_copy_(0, ids, probs)
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:  # [V] -> [1]

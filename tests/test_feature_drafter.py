@@ -39,15 +39,21 @@ def test_first_iteration_is_the_targets_prefill():
 
 
 @torch.inference_mode()
-def test_drafts_match_a_from_scratch_computation_at_every_iteration():
+@pytest.mark.parametrize("keep_ids,sampling", [
+    (None, sd.SamplingConfig(1.0)), ([0, 2, 3, 5, 6], sd.SamplingConfig(1.0)),
+    ([1, 2, 4, 7], sd.SamplingConfig(0.7, top_k=3)), ([0, 1, 3, 4, 6], sd.SamplingConfig(1.0, top_p=0.8))])
+def test_drafts_match_a_from_scratch_computation_at_every_iteration(keep_ids, sampling):
     """The cached, incremental drafter proposes exactly what the head computes from the target's features
-    of the whole context in one uncached pass: its cache holds only real features, aligned with the tokens."""
+    of the whole context in one uncached pass: its cache holds only real features, aligned with the tokens.
+    A head over part of the vocabulary (`keep_ids`) draws over its own tokens, and its rows are what
+    `logits_to_probs` makes of the full row (-inf off `keep_ids`)."""
     target = tiny_llama(8, seed=1, hidden=32, n_layers=2)
-    head = toy_head(target, 1)
+    torch.manual_seed(1)  # construction only
+    head = FeatureHead(target, keep_ids=None if keep_ids is None else torch.tensor(keep_ids)).eval()
     steps = []
     ids = torch.tensor([[1, 2, 3, 4]])
     out = sd.speculative_generate(target, FeatureDrafter(head), ids, 30, gamma=3,
-                                  sampling=sd.SamplingConfig(1.0), generator=torch.Generator().manual_seed(0),
+                                  sampling=sampling, generator=torch.Generator().manual_seed(0),
                                   on_step=steps.append)
     seq = torch.cat([ids[0], out.tokens])
     hidden = target(input_ids=seq[None], output_hidden_states=True).hidden_states[-1]  # [1, T, d]
@@ -57,23 +63,32 @@ def test_drafts_match_a_from_scratch_computation_at_every_iteration():
             continue
         T = s.context_len
         f = head(hidden[:, :T - 1], seq[None, 1:T])[0, -1]  # [d] from scratch, no cache
-        want = sd.logits_to_probs(head.logits(f), sd.SamplingConfig(1.0))
-        assert torch.allclose(s.draft_probs[0], want, atol=1e-9)
+        want = sd.logits_to_probs(head.logits(f), sampling)
+        assert torch.allclose(s.draft_probs[0], want, atol=1e-6)
+        if keep_ids is not None:
+            assert set(s.draft_tokens.tolist()) <= set(keep_ids)
         checked += 1
     assert checked >= 5
 
 
 @pytest.mark.slow
-def test_feature_drafter_sequences_match_exact_target_distribution():
+@pytest.mark.parametrize("keep_ids", [None, [0, 2]])
+def test_feature_drafter_sequences_match_exact_target_distribution(keep_ids):
+    """Also with a head that can propose only tokens 0 and 2: token 1 then comes only from the residual."""
     target = tiny_llama(3, seed=0)
     prompt, n_tokens, sampling = [1, 2, 0], 5, sd.SamplingConfig(1.0)
     exact = exact_sequence_distribution(target, prompt, n_tokens, sampling)
-    counts = speculative_sequence_counts(target, FeatureDrafter(toy_head(target)), prompt, n_tokens, 3,
+
+    def drafter():
+        torch.manual_seed(0)  # construction only
+        return FeatureDrafter(FeatureHead(target, keep_ids=None if keep_ids is None
+                                          else torch.tensor(keep_ids)).eval())
+    counts = speculative_sequence_counts(target, drafter(), prompt, n_tokens, 3,
                                          sampling, 2000, torch.Generator().manual_seed(0))
     assert not chi_square_gof(counts, exact).rejects(SIGNIFICANCE)  # fixed seed, level 0.001
     # power: the same test catches a broken verify with this drafter
     with using_verify(verify_without_residual):
-        bad = speculative_sequence_counts(target, FeatureDrafter(toy_head(target)), prompt, n_tokens, 3,
+        bad = speculative_sequence_counts(target, drafter(), prompt, n_tokens, 3,
                                           sampling, 2000, torch.Generator().manual_seed(0))
     assert chi_square_gof(bad, exact).rejects(SIGNIFICANCE)
 

@@ -5,6 +5,7 @@ from transformers.generation.logits_process import (TemperatureLogitsWarper, Top
                                                     TopPLogitsWarper)
 
 from specdec_ref import SamplingConfig, logits_to_probs
+from specdec_ref.sampling import draw, draw_among
 
 
 def hf_probs(logits, temperature, top_k, top_p):
@@ -58,3 +59,39 @@ def test_float64_logits_stay_float64_and_half_logits_become_float32():
 def test_bad_sampling_config_raises_value_error_naming_the_field(kwargs, match):
     with pytest.raises(ValueError, match=match):
         SamplingConfig(**kwargs)
+
+
+def draws_agree(draw_reduced, sampling, n_seeds=200):
+    """Whether `draw_reduced(logits [K], ids [K], V, sampling, generator)` gives, seed for seed, the token and
+    the [V] row that `draw` gives from the full row (-inf off `ids`)."""
+    V, ids = 64, torch.tensor([1, 4, 5, 9, 17, 30, 31, 40, 52, 63])
+    for seed in range(n_seeds):
+        logits = torch.randn(ids.shape[0], generator=torch.Generator().manual_seed(10_000 + seed)) * 2
+        full = torch.full((V,), float("-inf")).index_copy_(0, ids, logits)
+        want_token, want_probs = draw(full, sampling, torch.Generator().manual_seed(seed))
+        token, probs = draw_reduced(logits, ids, V, sampling, torch.Generator().manual_seed(seed))
+        if int(token) != int(want_token) or probs.shape != (V,) or not torch.allclose(probs, want_probs,
+                                                                                       atol=1e-6):
+            return False
+    return True
+
+
+@pytest.mark.parametrize("sampling", [SamplingConfig(1.0), SamplingConfig(0.7), SamplingConfig(1.0, top_k=3),
+                                      SamplingConfig(1.2, top_p=0.8), SamplingConfig(0)])
+def test_drawing_among_a_reduced_vocabulary_is_drawing_from_the_full_row(sampling):
+    """A draft with a reduced output layer draws over its K tokens (`draw_among`): the same token for the same
+    uniform, and the same distribution over all V, as `draw` over the row with -inf elsewhere."""
+    assert draws_agree(draw_among, sampling)
+
+    def scattered_in_another_order(logits, ids, V, sampling, generator):  # the cdf runs in another order
+        order = torch.arange(ids.shape[0] - 1, -1, -1)
+        token, probs = draw_among(logits[order], ids[order], V, sampling, generator)
+        return token, probs
+
+    def rows_misplaced(logits, ids, V, sampling, generator):  # the right token, the row scattered off by one
+        token, probs = draw_among(logits, ids, V, sampling, generator)
+        return token, probs.roll(1)
+
+    if not sampling.greedy:  # greedy draws no uniform: the order of the cdf cannot show
+        assert not draws_agree(scattered_in_another_order, sampling)
+    assert not draws_agree(rows_misplaced, sampling)
