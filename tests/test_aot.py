@@ -65,7 +65,63 @@ def test_the_compiled_pass_gives_the_eager_logits_across_pieces_growth_and_rollb
 
 
 @torch.inference_mode()
-def test_greedy_chains_and_trees_through_the_compiled_pass_equal_plain_decoding(attached):
+def test_one_new_token_as_a_padded_pass_gives_the_eager_logits_hidden_states_and_argmax(attached):
+    compiled = attached._specdec_compiled
+    lm, ref = aot.CompiledCachedModel(attached, compiled.runner, True, pad_single=True), CachedModel(
+        attached, keep_hidden=True)
+    calls = []
+    real = lm.runner
+    lm.runner = lambda *a: calls.append(a[0].shape[1]) or real(*a)  # the rows of every pass
+    ids = torch.randint(0, 40, (300,), generator=torch.Generator().manual_seed(2))
+    # single steps (padded), one across a buffer's end (growth), after a rollback, and a pass of 3 (not)
+    for end, keep, rows in ((20, None, 20), (21, None, 2), (22, 1, 2), (256, 1, 42), (257, 1, 2),
+                            (260, 3, 3), (261, 1, 2)):
+        a, b = lm.logits(ids[:end], keep=keep), ref.logits(ids[:end], keep=keep)
+        assert calls[-1] == rows and a.shape == b.shape and torch.allclose(a, b, atol=1e-4)
+        if rows == 2:  # the padded pass's argmax is the new row's
+            assert torch.equal(lm.pass_argmax(a), sd.sampling.argmax(a))
+        assert torch.allclose(lm.hidden, ref.hidden, atol=1e-4) and lm.n_cached == ref.n_cached == end
+    lm.rollback(100)
+    ref.rollback(100)
+    assert torch.allclose(lm.logits(ids[:101], keep=1), ref.logits(ids[:101], keep=1), atol=1e-4)
+    assert calls[-1] == 2 and lm.capacity == 2 * aot.BLOCK
+    tree = aot.pass_mask(101, 1, 102, torch.float32)  # a masked pass of one row is never padded
+    lm.logits(ids[:102], keep=1, position_ids=torch.arange(101, 102), attention_mask=tree[..., :102])
+    assert calls[-1] == 1
+
+
+def test_padding_is_chosen_from_measured_costs_once_per_package_and_kept_beside_it(built, tmp_path,
+                                                                                 monkeypatch):
+    assert aot.pad_pays(1.0, 0.8) and aot.pad_pays(1.0, aot.PAD_MARGIN)
+    assert not aot.pad_pays(1.0, 0.97) and not aot.pad_pays(0.8, 1.0)  # within the noise, or dearer
+    model, path = built
+    runner = aot.load_package(path)
+    t1, t2 = aot.measure_padding(model, runner, context=30, rounds=3)
+    assert 0 < t1 < 1 and 0 < t2 < 1
+    monkeypatch.delenv("SPECDEC_AOT_PAD", raising=False)
+    here = tmp_path / "p.pt2"
+    measured = []
+    for i, (costs, want) in enumerate((((1.0, 0.5), True), ((0.5, 1.0), False))):
+        monkeypatch.setattr(aot, "measure_padding", lambda *a, c=costs, **k: measured.append(c) or c)
+        here.with_suffix(".json").unlink(missing_ok=True)
+        assert aot.pads_single_rows(model, runner, here) is want
+        assert aot.pads_single_rows(model, runner, here) is want  # read back, not measured again
+        assert len(measured) == i + 1
+    here.with_suffix(".json").write_text("{not json")  # a damaged file is measured again
+    assert aot.pads_single_rows(model, runner, here) is False and len(measured) == 3
+    for forced, want in (("1", True), ("0", False)):
+        monkeypatch.setenv("SPECDEC_AOT_PAD", forced)
+        assert aot.pads_single_rows(model, runner, here) is want and len(measured) == 3
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("pad", ["0", "1"])
+def test_greedy_chains_and_trees_through_the_compiled_pass_equal_plain_decoding(built, monkeypatch, pad):
+    model, path = built
+    monkeypatch.setenv("SPECDEC_CACHE", str(path.parent.parent))
+    monkeypatch.setenv("SPECDEC_AOT_PAD", pad)  # plain decoding in passes of 1 row, or of 2
+    assert aot.attach(model, enabled=True).pad_single is (pad == "1")
+    attached = model
     torch.manual_seed(0)
     drafter = sd.FeatureDrafter(FeatureHead(attached).eval())
     ids, greedy = torch.tensor([[1, 2, 3, 4, 5, 6, 7]]), sd.SamplingConfig(0.0)  # the default is T = 1
@@ -75,6 +131,7 @@ def test_greedy_chains_and_trees_through_the_compiled_pass_equal_plain_decoding(
     for how in (dict(gamma=3), dict(tree=sd.TreeBudget(3, 2, 5))):  # a tree moves rows (keep_rows)
         spec = sd.speculative_generate(attached, drafter, ids, 40, sampling=greedy, **how)
         assert torch.equal(spec.tokens, plain.tokens), how
+    model.__dict__.pop("_specdec_compiled", None)
 
 
 @torch.inference_mode()

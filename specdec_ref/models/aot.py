@@ -15,8 +15,9 @@ Inductor's disk cache). So the pass is compiled once, ahead of time, into a pack
   2 cores); `python -m specdec_ref compile` runs it for the offline target. Inductor writes its GEMMs for the
   thread count it compiles at, so a package serves that thread count only (`package_key`).
 * `attach` loads the package for a model, if this machine has one, onto the model; then the loops'
-  default `cache="auto"` runs the target through it (`CompiledCachedModel`). SPECDEC_AOT=0 opts out; the
-  chapters and CI never build one, so they never wait for a compile.
+  default `cache="auto"` runs the target through it (`CompiledCachedModel`; one new token as a 2-row pass
+  where that measured faster, `pads_single_rows`). SPECDEC_AOT=0 opts out; the chapters and CI never build
+  one, so they never wait for a compile.
 
 The feature head's pass gets a package of its own the same way (`models.aot_head`).
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import json
 import os
 import sys
 import time
@@ -303,13 +305,67 @@ def load_package(path: Path) -> FlatRunner:
 
 
 class CompiledPass:
-    """A loaded package for one model: `lm(keep_hidden, name)` gives a CachedModel that runs through it."""
+    """A loaded package for one model: `lm(keep_hidden, name)` gives a CachedModel that runs through it.
+    pad_single: its 1-row passes score the token before again (`pads_single_rows`)."""
 
-    def __init__(self, model, runner, path: Path):
-        self.model, self.runner, self.path = model, runner, path
+    def __init__(self, model, runner, path: Path, pad_single: bool = False):
+        self.model, self.runner, self.path, self.pad_single = model, runner, path, pad_single
 
     def lm(self, keep_hidden: bool | tuple[int, ...] = False, name: str = "model") -> CompiledCachedModel:
-        return CompiledCachedModel(self.model, self.runner, keep_hidden, name)
+        return CompiledCachedModel(self.model, self.runner, keep_hidden, name, pad_single=self.pad_single)
+
+
+PAD_MARGIN = 0.95  # one new token gets a 2-row pass only if that costs at most this share of a 1-row pass
+
+
+def pad_pays(t1: float, t2: float) -> bool:
+    """Whether scoring one new token in a pass of 2 rows (the token before it again) beats a pass of 1 row,
+    from their measured seconds: by more than the noise of a short measurement (PAD_MARGIN)."""
+    return t2 <= PAD_MARGIN * t1
+
+
+def measure_padding(model, runner, context: int = 64, rounds: int = 12) -> tuple[float, float]:
+    """Median seconds of a 1-row pass and of a 2-row pass after `context` random tokens, alternating."""
+    lm = CompiledCachedModel(model, runner)
+    g, device = torch.Generator().manual_seed(0), next(model.parameters()).device
+    ids = torch.randint(0, model.config.vocab_size, (context + 1,), generator=g).to(device)
+    times: tuple[list[float], list[float]] = ([], [])
+    with torch.inference_mode():
+        lm.logits(ids[:context], keep=1)
+        for r in range(rounds + 2):  # the first two rounds warm up
+            for rows, t in zip((1, 2), times):
+                lm.rollback(context + 1 - rows)
+                start = time.perf_counter()
+                lm.logits(ids, keep=1)
+                if r >= 2:
+                    t.append(time.perf_counter() - start)
+    return tuple(sorted(t)[len(t) // 2] for t in times)
+
+
+def pads_single_rows(model, runner, path: Path) -> bool:
+    """Whether this package's 1-row passes should run as 2-row passes that score the token before again
+    (its keys and values are written again, the same up to rounding): measured once per package, on its
+    first load, and kept beside it (`<package>.json`). SPECDEC_AOT_PAD=0 or 1 decides instead.
+
+    Inductor's kernels can cost more for one row than for two: on a 2-core AMD EPYC Zen 4 (AVX512-BF16) a
+    pass of the offline target cost 16.9 ms for 1 row and 13.4 ms for 2 after 128 tokens (23.2 and 16.6
+    after 400), and a package compiled for exactly 1 row was no faster than the dynamic one (the README).
+    Plain decoding scores one token per pass, so there it runs as 2-row passes."""
+    forced = os.environ.get("SPECDEC_AOT_PAD")
+    if forced in ("0", "1"):
+        return forced == "1"
+    sidecar = path.with_suffix(".json")
+    try:
+        return bool(json.loads(sidecar.read_text())["pad_single_rows"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    t1, t2 = measure_padding(model, runner)
+    pad = pad_pays(t1, t2)
+    tmp = sidecar.with_suffix(".partial.json")
+    tmp.write_text(json.dumps({"t1_ms": round(t1 * 1e3, 3), "t2_ms": round(t2 * 1e3, 3),
+                               "pad_single_rows": pad, "margin": PAD_MARGIN}))
+    tmp.replace(sidecar)
+    return pad
 
 
 def attach(model, *, enabled: bool | None = None) -> CompiledPass | None:
@@ -322,7 +378,8 @@ def attach(model, *, enabled: bool | None = None) -> CompiledPass | None:
     path = package_path(model)
     if not path.exists():
         return None
-    compiled = CompiledPass(model, load_package(path), path)
+    runner = load_package(path)
+    compiled = CompiledPass(model, runner, path, pads_single_rows(model, runner, path))
     model.__dict__["_specdec_compiled"] = compiled
     return compiled
 
@@ -351,12 +408,13 @@ class CompiledCachedModel(CachedModel):
     pass's mask padded with "never". A pass of more than MAX_QUERY rows (a long prompt) runs in pieces.
     """
 
-    def __init__(self, model, runner, keep_hidden: bool | tuple[int, ...] = False, name: str = "model"):
+    def __init__(self, model, runner, keep_hidden: bool | tuple[int, ...] = False, name: str = "model", *,
+                 pad_single: bool = False):
         if isinstance(keep_hidden, tuple):
             raise ValueError("a compiled pass keeps the final hidden states only; a drafter that reads fused "
                              "layers (keep_hidden=(...)) needs cache='dynamic' or SPECDEC_AOT=0")
         super().__init__(model, keep_hidden, name)
-        self.runner = runner
+        self.runner, self.pad_single = runner, pad_single
         self.kv = self._buffers(BLOCK)
         self._latest: tuple[torch.Tensor, torch.Tensor] | None = None  # the latest pass's (logits, argmax)
 
@@ -382,13 +440,18 @@ class CompiledCachedModel(CachedModel):
             logits = pieces[-1] if keep is not None and keep <= pieces[-1].shape[0] else torch.cat(pieces)
             return logits if keep is None else logits[-keep:]
         q, start = new.shape[0], self.n_cached
+        causal = position_ids is None
+        padded = self.pad_single and q == 1 and causal and start > 0
+        if padded:  # the token before again, with it: 2 rows cost less than 1 here (pads_single_rows)
+            new, start, q = context_ids[start - 1:start + 1], start - 1, 2
         self._make_room(start + q)
         L = self.capacity
-        causal = position_ids is None
         positions = torch.arange(start, start + q, device=self.device) if causal else position_ids
         mask = pass_mask(start, q, L, self.dtype, self.device, None if causal else attention_mask)
         logits, hidden, best, sums = self.runner(new[None], positions[None],
                                                  torch.tensor(start, device=self.device), mask, *self.kv)
+        if padded:  # the new token's row only
+            logits, hidden, best, sums = logits[1:], hidden[1:], best[1:], sums[1:]
         if self.keep_hidden:
             self._store_hidden(hidden)
         self.n_cached = context_ids.shape[0]
