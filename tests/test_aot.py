@@ -120,6 +120,7 @@ def test_greedy_chains_and_trees_through_the_compiled_pass_equal_plain_decoding(
     model, path = built
     monkeypatch.setenv("SPECDEC_CACHE", str(path.parent.parent))
     monkeypatch.setenv("SPECDEC_AOT_PAD", pad)  # plain decoding in passes of 1 row, or of 2
+    monkeypatch.setitem(model.__dict__, "_specdec_compiled", None)  # detached again when the test ends
     assert aot.attach(model, enabled=True).pad_single is (pad == "1")
     attached = model
     torch.manual_seed(0)
@@ -131,7 +132,6 @@ def test_greedy_chains_and_trees_through_the_compiled_pass_equal_plain_decoding(
     for how in (dict(gamma=3), dict(tree=sd.TreeBudget(3, 2, 5))):  # a tree moves rows (keep_rows)
         spec = sd.speculative_generate(attached, drafter, ids, 40, sampling=greedy, **how)
         assert torch.equal(spec.tokens, plain.tokens), how
-    model.__dict__.pop("_specdec_compiled", None)
 
 
 @torch.inference_mode()
