@@ -1,7 +1,9 @@
 """The default method is chosen by predicted speedup: trees where verification is flat, chains where it is
 not."""
 import json
+from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 
@@ -33,6 +35,33 @@ def test_iteration_cost_prices_every_draft_pass_and_the_target_rows():
     assert mm.iteration_cost(tree, 2.0, c) == pytest.approx(expect)
     assert mm.iteration_cost(tree, 2.0, c, sampled=True) == pytest.approx(expect + 0.02)
     assert mm.predicted_speedup(tree, 2.0, c) == pytest.approx(2.0 / expect)
+
+
+def test_a_tree_pays_its_bookkeeping_per_node_and_a_chain_none():
+    base, per_node = costs(0.1), replace(costs(0.1), h_node=0.01)
+    tree = sd.TreeBudget(3, 2, 5)
+    assert mm.iteration_cost(tree, 2.0, per_node) == pytest.approx(mm.iteration_cost(tree, 2.0, base) + 0.05)
+    assert mm.iteration_cost(3, 2.0, per_node) == mm.iteration_cost(3, 2.0, base)
+
+
+def loop_iterations(h0=0.05, h_node=0.01, c_row=0.004, delta=0.02):
+    """[features], [y] of iterations as `calibrate` builds them, on a machine whose costs are the arguments:
+    chains γ = 1 and 3 (no nodes; the first pass feeds the `kept` tokens of the last iteration, so kept - 1
+    extra rows), trees 2/2/4 (one pass of 2 rows after it) and 4/4/12 (three of 4), greedy and sampled."""
+    shapes = ([(0, 0)] * 3 + [(0, kept - 1) for kept in (1, 2, 3, 4)] + [(4, kept) for kept in (1, 2, 3)]
+              + [(12, 8 + kept) for kept in (1, 2, 3, 4, 5)])
+    rows = [[extra, 1.0, sampled, nodes] for nodes, extra in shapes for sampled in (0.0, 1.0)]
+    y = [c_row * e + h0 + delta * s + h_node * n for e, _, s, n in rows]
+    return rows, y
+
+
+def test_the_fit_tells_a_trees_bookkeeping_from_the_loops_per_iteration_work():
+    rows, y = loop_iterations()
+    assert mm.fit_loop_costs(rows, y) == pytest.approx((0.004, 0.05, 0.02, 0.01))
+    # power: without the per-node term (the model before h_node) a tree's bookkeeping lands on its draft
+    # rows, and every draft row, a chain's too, is priced at several times its cost
+    c_row_alone, _, _ = np.linalg.lstsq(np.array(rows)[:, :3], np.array(y), rcond=None)[0]
+    assert c_row_alone > 2 * 0.004
 
 
 def test_a_flat_verification_chooses_the_tree_and_a_steep_one_the_chain():

@@ -11,11 +11,13 @@ Two inputs meet in one cost model:
 
 One iteration costs, in units of one step of the plain loop (chapter 6's `eq-tree-cost`, with the overhead):
 
-    cost = t(r)/t(1) + Σ_i (c₁ + c_row (m_i - 1)) + h₀ (+ δ when sampling)
+    cost = t(r)/t(1) + Σ_i (c₁ + c_row (m_i - 1)) + h₀ + h_node |𝒯| (+ δ when sampling)
 
 where r is the rows the target scores (γ + 1 for a chain, |𝒯| + 1 for a tree), m_i the rows of draft pass i
 (the first feeds the τ tokens the last iteration kept; a chain's later passes score 1 row, a tree's w rows),
-c₁ a one-row draft pass, c_row each further row in it, and h₀ the loop's own work. The predicted speedup is
+c₁ a one-row draft pass, c_row each further row in it, h₀ the loop's own work per iteration and h_node a
+tree's per node (growing it, its masks and positions, keeping its path; |𝒯| = 0 for a chain). One h₀ fitted
+on chains and trees together would price a chain at a tree's bookkeeping. The predicted speedup is
 τ / cost. `lab.diagnose` predicts with the same `predicted_speedup`, from the τ it measures on the spot.
 """
 from __future__ import annotations
@@ -88,6 +90,7 @@ class Costs:
     threads: int = 0  # torch's CPU threads during the calibration
     cores: int = 0  # the cores this process may run on
     other_load: float = float("nan")  # cores' worth of CPU other processes used meanwhile (nan: unknown)
+    h_node: float = 0.0  # a tree's bookkeeping per node (0 in costs saved before it was fitted)
 
     def verify_cost(self, k: float) -> float:  # t(k)/s₁, linear between measured k
         ks = sorted(self.verify)
@@ -97,7 +100,9 @@ class Costs:
 def iteration_cost(method: Method, tau: float, costs: Costs, sampled: bool = False) -> float:
     """One iteration's time in plain-loop steps (the module docstring's cost)."""
     draft = sum(costs.c_pass + costs.c_row * (m - 1) for m in draft_rows(method, tau))
-    return costs.verify_cost(target_rows(method)) + draft + costs.h0 + (costs.h_sampled if sampled else 0.0)
+    nodes = method.n_nodes if isinstance(method, TreeBudget) else 0
+    return (costs.verify_cost(target_rows(method)) + draft + costs.h0 + costs.h_node * nodes
+            + (costs.h_sampled if sampled else 0.0))
 
 
 def predicted_speedup(method: Method, tau: float, costs: Costs, sampled: bool = False) -> float:
@@ -117,10 +122,13 @@ def choose(taus: dict[str, float], costs: Costs, sampled: bool) -> tuple[Method,
 # Calibration: 10-20 seconds on this machine, cached
 # ---------------------------------------------------------------------------------------------
 
+COST_MODEL = "h0 + h_node"  # the fitted terms: costs cached under another model are measured again
+
+
 def machine_key(target, drafter) -> str:
     """What calibrated costs depend on: the processor, threads, dtype, models, torch and package versions."""
     device = next(target.parameters()).device
-    parts = [chip_name(device), device.type, str(torch.get_num_threads()), str(target.dtype),
+    parts = [COST_MODEL, chip_name(device), device.type, str(torch.get_num_threads()), str(target.dtype),
              torch.__version__, package_version(), type(target).__name__,
              str(target.config.num_hidden_layers), str(target.config.hidden_size), type(drafter).__name__,
              type(getattr(drafter, "head", None)).__name__, kernel_path(target)]  # a compiled head: its own c
@@ -226,14 +234,25 @@ def calibrate(target, drafter, ids: torch.Tensor, n_tokens: int = 16) -> Costs: 
             r = (s.tree.size if s.tree is not None else s.n_drafted) + 1  # rows the target scored
             extra = (passes - 1) * (method.topk if isinstance(method, TreeBudget) else 1) if passes else 0
             drafted_rows = (kept if passes else 0) + extra
-            rows.append([max(drafted_rows - passes, 0.0), 1.0, float(sampled)])
+            nodes = float(s.tree.size) if s.tree is not None else 0.0
+            rows.append([max(drafted_rows - passes, 0.0), 1.0, float(sampled), nodes])
             y.append(dt / step - float(np.interp(r, ks, [verify[k] for k in ks])) - passes * c_pass)
             kept = s.n_accepted + 1.0
-    coef = np.linalg.lstsq(np.array(rows), np.array(y), rcond=None)[0] if rows else np.zeros(3)
-    c_row, h0, h_s = (max(float(x), 0.0) for x in coef)
+    c_row, h0, h_s, h_node = fit_loop_costs(rows, y)
     other = load.other_cores() if ids.device.type == "cpu" else float("nan")
     return Costs(verify, c_pass, c_row, h0, h_s, statistics.median(steps), machine_key(target, drafter),
-                 torch.get_num_threads(), n_cores(), other)
+                 torch.get_num_threads(), n_cores(), other, h_node)
+
+
+def fit_loop_costs(rows: list[list[float]], y: list[float]) -> tuple[float, float, float, float]:
+    """c_row, h₀, δ and h_node by least squares, none below 0: row i of rows is one iteration's [draft rows
+    beyond one per pass, 1, sampled (0/1), tree nodes], y[i] its time in plain steps less its target pass and
+    its draft passes' c₁."""
+    if not rows:
+        return 0.0, 0.0, 0.0, 0.0
+    coef = np.linalg.lstsq(np.array(rows), np.array(y), rcond=None)[0]
+    c_row, h0, h_s, h_node = (max(float(x), 0.0) for x in coef)
+    return c_row, h0, h_s, h_node
 
 
 def n_cores() -> int:
@@ -373,7 +392,8 @@ class Choice:
         text = (f"default method: {g} greedy (predicted {pg:.2f}×), {s} when sampling (predicted {ps:.2f}×); "
                 f"from this machine's t(k)/t(1) = {c.verify_cost(2):.2f} (k=2), "
                 f"{c.verify_cost(5):.2f} (k=5), {c.verify_cost(13):.2f} (k=13), "
-                f"draft pass c₁ = {c.c_pass:.3f}, loop overhead h₀ = {c.h0:.3f}, "
+                f"draft pass c₁ = {c.c_pass:.3f}, loop overhead h₀ = {c.h0:.3f} "
+                f"(+ {c.h_node:.3f} per tree node), "
                 "and the head's recorded τ per method\n"
                 "  override: speculative_generate(..., gamma=γ) or tree=sd.TreeBudget(depth, topk, n_nodes); "
                 "SPECDEC_CALIBRATE=0 skips the calibration")
