@@ -10,7 +10,7 @@ import torch
 import specdec_ref as sd
 from specdec_ref.lab.diagnose import Measurements, greedy_divergence, position_acceptance, verdict
 from specdec_ref.models.toy import tiny_llama
-from specdec_ref.lab.speedup import linear_verify_costs
+from specdec_ref.lab.speedup import generalized_speedup, linear_verify_costs, speedup_by_gamma
 
 
 def test_draft_as_costly_as_target_will_not_pay_off_and_blames_the_draft():
@@ -38,6 +38,28 @@ def test_loop_overhead_is_blamed_when_it_dominates():
     assert not v.pays_off and v.blame == "overhead"
 
 
+def test_an_overhead_that_grows_per_draft_token_is_priced_per_gamma():
+    # h measured at γ = 4 is 0.2 and grows by 0.05 per draft token: h(1) = 0.05
+    m = Measurements(alpha=0.5, c=0.05, verify_cost=linear_verify_costs(0.0, 9), overhead=0.2,
+                     calibration_gamma=4, overhead_slope=0.05)
+    assert m.overheads()[:4] == pytest.approx([0.05, 0.1, 0.15, 0.2])
+    v = verdict(m)
+    g = v.best_gamma
+    assert v.predicted_speedup == pytest.approx(generalized_speedup(0.5, g, 0.05, 1.0, 0.05 * g))
+    # power: one h for every γ prices the short chains at γ = 4's overhead, and so picks a longer one
+    flat = verdict(Measurements(alpha=0.5, c=0.05, verify_cost=linear_verify_costs(0.0, 9), overhead=0.2))
+    assert flat.best_gamma > g and flat.predicted_speedup < v.predicted_speedup - 0.05
+
+
+def test_speedup_by_gamma_takes_an_overhead_per_gamma_and_refuses_too_few():
+    h = [0.01, 0.02, 0.03]
+    got = speedup_by_gamma(0.6, 0.1, linear_verify_costs(0.1, 4), h, gamma_max=3)
+    assert got == {g: pytest.approx(generalized_speedup(0.6, g, 0.1, 1 + 0.1 * g, h[g - 1]))
+                   for g in (1, 2, 3)}
+    with pytest.raises(ValueError, match="overhead per γ"):
+        speedup_by_gamma(0.6, 0.1, linear_verify_costs(0.1, 4), h[:2], gamma_max=3)
+
+
 def test_position_acceptance_counts_only_examined_positions():
     accepted, examined = position_acceptance(accepted=[0, 3, 1], drafted=[3, 3, 3])
     assert examined == [3, 2, 1] and accepted == [2, 1, 1]
@@ -55,7 +77,7 @@ def test_cli_diagnose_prints_a_verdict_and_writes_every_json_key(tmp_path):
     result = json.loads(path.read_text())
     for key in ("alpha", "c", "verify_cost", "overhead", "overhead_ms", "best_gamma", "predicted_speedup",
                 "measured_speedup", "kernel_path", "tau_by_method", "predicted_by_method", "best_method",
-                "best_method_measured_speedup"):
+                "best_method_measured_speedup", "overhead_by_gamma", "overhead_slope", "calibration_gamma"):
         assert key in result
     largest_tree = (max(t["n_nodes"] for t in result["settings"]["trees"])
                     if result["settings"]["trees"] else 0)

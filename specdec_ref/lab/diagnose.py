@@ -50,11 +50,18 @@ class Measurements:
     alpha_per_position: list[float] = field(default_factory=list)  # acceptance at draft position 1, 2, ...
     step_seconds: float = float("nan")  # t(1): one cached target step, seconds
     kernel_path: str = ""  # which matrix kernel the target's linear layers use (kernels.kernel_path)
+    calibration_gamma: int = 0  # the γ `overhead` was measured at
+    overhead_slope: float = 0.0  # h₁: h grows by this per draft token (0: one h for every γ)
 
     @property
     def overhead_ms(self) -> float:
         """The loop overhead h per iteration in milliseconds (`overhead` is h itself, in units of t(1))."""
         return self.overhead * self.step_seconds * 1e3
+
+    def overheads(self) -> list[float]:
+        """h(γ) for γ = 1..γ_max: h at the calibration γ, plus h₁ per draft token more or less."""
+        return [self.overhead + self.overhead_slope * (g - self.calibration_gamma)
+                for g in range(1, self.gamma_max + 1)]
 
     @property
     def gamma_max(self) -> int:
@@ -72,7 +79,7 @@ class Verdict:
 
 def verdict(m: Measurements) -> Verdict:
     """Recommend a γ, or say that speculation will not pay off and which factor is to blame."""
-    gamma, s = best_gamma(m.alpha, m.c, m.verify_cost, m.overhead, m.gamma_max)
+    gamma, s = best_gamma(m.alpha, m.c, m.verify_cost, m.overheads(), m.gamma_max)
     if s > 1:
         return Verdict(gamma, s, True, None, f"Use γ = {gamma}: predicted speedup {s:.2f}× "
                        f"(α = {m.alpha:.2f}, c = {m.c:.3f}, "
@@ -133,12 +140,14 @@ def cost_ratios(target, draft, ks: range, context_len: int,
 def measure(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8,
             calibration_gamma: int | None = None, max_new_tokens: int = 64,
             sampling: SamplingConfig = SamplingConfig(temperature=0), seed: int = 0,
-            rounds: int = 5, eos_token_id=None) -> Measurements:
+            rounds: int = 5, eos_token_id=None, fit_slope: bool = False) -> Measurements:
     """Measure t(k)/t(1) and c with cached passes, then α and the overhead from the loop at the calibration γ.
 
     The overhead is what an iteration costs beyond γc + t(γ+1)/t(1), in units of one step of the same loop
     with an empty draft (plain decoding), timed on the same prompt right before and right after: a ratio
     of neighbouring timings, so it survives a machine whose speed drifts with other people's jobs.
+    fit_slope also runs the loop at γ = 1 on every prompt and fits h(γ) = h₀ + γh₁ through the two (each
+    draft pass brings work of its own: one h measured at γ = 4 overprices γ = 1 by half on a 2-core CPU).
     """
     if gamma_max < 1:
         raise ValueError(f"gamma_max must be >= 1, got {gamma_max}")
@@ -153,23 +162,31 @@ def measure(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8,
                                               dict(gamma=1), sampling, g, eos_token_id)]
         return statistics.median(dts[1:] or dts)
 
-    for ids in encoded:  # plain, speculative, plain: the two plain runs bracket the one they are the unit of
-        before = plain_step(ids)
+    at_one = []  # overheads of the loop at γ = 1 (fit_slope)
+
+    def iteration_overheads(ids, gamma: int) -> tuple[list, list[float]]:  # -> (steps, overhead of each)
+        before = plain_step(ids)  # plain, speculative, plain: the plain runs bracket the one they time
         spec = timed_steps(target, as_drafter(draft), ids, max_new_tokens, dict(gamma=gamma), sampling, g,
                            eos_token_id)
         step_loop = (before + plain_step(ids)) / 2
-        for s, dt, _ in spec[1:]:  # the first iteration includes the prefill
-            d = s.draft_tokens.shape[0]
-            overheads.append(dt / step_loop - d * c - verify_cost[d])
-        steps += [s for s, _, _ in spec]
+        # the first iteration includes the prefill
+        return [s for s, _, _ in spec], [dt / step_loop - s.n_drafted * c - verify_cost[s.n_drafted]
+                                         for s, dt, _ in spec[1:]]
+
+    for ids in encoded:
+        spec, hs = iteration_overheads(ids, gamma)
+        steps, overheads = steps + spec, overheads + hs
+        if fit_slope and gamma > 1:
+            at_one += iteration_overheads(ids, 1)[1]
     accepted, drafted = [s.n_accepted for s in steps], [s.draft_tokens.shape[0] for s in steps]
     acc, exam = position_acceptance(accepted, drafted)
+    h = statistics.median(overheads) if overheads else 0.0  # median: robust to load bursts
+    slope = (h - statistics.median(at_one)) / (gamma - 1) if at_one else 0.0
     return Measurements(alpha=sum(acc) / sum(exam) if sum(exam) else float("nan"), c=c,
-                        verify_cost=verify_cost,
-                        # median: robust to load bursts
-                        overhead=statistics.median(overheads) if overheads else 0.0,
+                        verify_cost=verify_cost, overhead=h,
                         alpha_per_position=[a / e if e else float("nan") for a, e in zip(acc, exam)],
-                        step_seconds=t1, kernel_path=kernel_path(target))
+                        step_seconds=t1, kernel_path=kernel_path(target), calibration_gamma=gamma,
+                        overhead_slope=slope)
 
 
 def measure_speedups(target, drafters: dict, encoded: list[torch.Tensor], max_new_tokens: int,
@@ -234,8 +251,9 @@ def diagnose(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, 
     k_max = max([gamma_max + 1] + [b.n_nodes + 1 for b in trees])
     say("measuring t(k), c, α and the loop overhead ...")
     m = measure(target, draft, encoded, gamma_max=k_max - 1, max_new_tokens=max_new_tokens, sampling=sampling,
-                seed=seed, eos_token_id=eos_token_id)
+                seed=seed, eos_token_id=eos_token_id, fit_slope=True)
     v = verdict(replace(m, verify_cost=m.verify_cost[:gamma_max + 1]))
+    h = m.overheads()
     methods = {method_name(g): dict(gamma=g) for g in range(1, gamma_max + 1)}
     methods.update({method_name(b): dict(tree=b) for b in trees})
     say("measuring τ of every chain and tree ...")
@@ -265,7 +283,8 @@ def diagnose(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, 
             "measured_speedup": rows["speculative"].tokens_per_second / plain,
             "measured_alpha": rows["speculative"].alpha,
             "pays_off": v.pays_off, "blame": v.blame, "verdict": v.message,
-            "predicted_by_gamma": speedup_by_gamma(m.alpha, m.c, m.verify_cost, m.overhead, gamma_max),
+            "predicted_by_gamma": speedup_by_gamma(m.alpha, m.c, m.verify_cost, h, gamma_max),
+            "overhead_by_gamma": dict(zip(range(1, gamma_max + 1), h)),
             "textbook_by_gamma": {g: predicted_speedup(m.alpha, g, m.c) for g in range(1, gamma_max + 1)},
             "tau_by_method": taus, "predicted_by_method": predicted, "best_method": best,
             "best_method_measured_speedup": rows["best method"].tokens_per_second / plain,
@@ -284,7 +303,9 @@ def format_report(result: dict) -> str:
              f"(draft step / target step; t(1) = {result['step_seconds'] * 1e3:.1f} ms)",
              "t(k)/t(1), k = 1..: " + ", ".join(f"{x:.2f}" for x in result["verify_cost"]),
              f"loop overhead h = {result['overhead']:.3f} t(1) = "
-             f"{result['overhead_ms']:.1f} ms per iteration",
+             f"{result['overhead_ms']:.1f} ms per iteration at γ = {result['calibration_gamma']}"
+             + (f", {result['overhead_by_gamma'][1]:.3f} t(1) at γ = 1 (h₀ + γh₁, "
+                f"h₁ = {result['overhead_slope']:.3f})" if result.get("overhead_slope") else ""),
              "predicted speedup by γ: "
              + ", ".join(f"{g}: {s:.2f}×" for g, s in result["predicted_by_gamma"].items()),
              f"measured at γ = {result['best_gamma']}: {result['measured_speedup']:.2f}× "

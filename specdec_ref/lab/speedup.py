@@ -76,21 +76,25 @@ def linear_verify_costs(slope: float, k_max: int) -> list[float]:
 
 
 def speedup_by_gamma(alpha: float, c: float, verify_costs: Sequence[float] | None = None,
-                     overhead: float = 0.0, gamma_max: int = 16) -> dict[int, float]:
+                     overhead: float | Sequence[float] = 0.0, gamma_max: int = 16) -> dict[int, float]:
     """{γ: generalized_speedup} for γ = 1..gamma_max. verify_costs[k-1] = t(k)/t(1) for k = 1, 2, ...;
-    None is the textbook's 1 for every k (then overhead should be 0 too, for Theorem 3.8 itself)."""
+    None is the textbook's 1 for every k (then overhead should be 0 too, for Theorem 3.8 itself). overhead
+    is one h for every γ, or h(γ) per γ (overhead[γ-1], e.g. h₀ + γh₁), as long as gamma_max."""
     if verify_costs is not None:
         if len(verify_costs) < 2:
             raise ValueError("verify_costs needs t(k)/t(1) for k = 1 and at least k = 2 (γ = 1)")
         gamma_max = min(gamma_max, len(verify_costs) - 1)  # γ draft tokens need t(γ+1)
     if gamma_max < 1:
         raise ValueError(f"gamma_max must be >= 1, got {gamma_max}")
+    if isinstance(overhead, Sequence) and len(overhead) < gamma_max:
+        raise ValueError(f"overhead per γ needs h(γ) for γ = 1..{gamma_max}, got {len(overhead)} values")
+    h = (lambda g: float(overhead[g - 1])) if isinstance(overhead, Sequence) else (lambda g: overhead)
     cost = (lambda k: 1.0) if verify_costs is None else (lambda k: float(verify_costs[k - 1]))
-    return {g: generalized_speedup(alpha, g, c, cost(g + 1), overhead) for g in range(1, gamma_max + 1)}
+    return {g: generalized_speedup(alpha, g, c, cost(g + 1), h(g)) for g in range(1, gamma_max + 1)}
 
 
-def best_gamma(alpha: float, c: float, verify_costs: Sequence[float] | None = None, overhead: float = 0.0,
-               gamma_max: int = 16) -> tuple[int, float]:
+def best_gamma(alpha: float, c: float, verify_costs: Sequence[float] | None = None,
+               overhead: float | Sequence[float] = 0.0, gamma_max: int = 16) -> tuple[int, float]:
     """(γ with the highest predicted speedup, that speedup). A speedup <= 1 means: do not speculate."""
     speedups = speedup_by_gamma(alpha, c, verify_costs, overhead, gamma_max)
     gamma = max(speedups, key=speedups.get)
