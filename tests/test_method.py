@@ -44,24 +44,33 @@ def test_a_tree_pays_its_bookkeeping_per_node_and_a_chain_none():
     assert mm.iteration_cost(3, 2.0, per_node) == mm.iteration_cost(3, 2.0, base)
 
 
-def loop_iterations(h0=0.05, h_node=0.01, c_row=0.004, delta=0.02):
-    """[features], [y] of iterations as `calibrate` builds them, on a machine whose costs are the arguments:
-    chains γ = 1 and 3 (no nodes; the first pass feeds the `kept` tokens of the last iteration, so kept - 1
-    extra rows), trees 2/2/4 (one pass of 2 rows after it) and 4/4/12 (three of 4), greedy and sampled."""
-    shapes = ([(0, 0)] * 3 + [(0, kept - 1) for kept in (1, 2, 3, 4)] + [(4, kept) for kept in (1, 2, 3)]
-              + [(12, 8 + kept) for kept in (1, 2, 3, 4, 5)])
-    rows = [[extra, 1.0, sampled, nodes] for nodes, extra in shapes for sampled in (0.0, 1.0)]
-    y = [c_row * e + h0 + delta * s + h_node * n for e, _, s, n in rows]
-    return rows, y
+def loop_points(h0=0.05, h_node=0.01, delta=0.02, delta_node=0.03):
+    """One (sampled, nodes, median cost) per calibrated method, as `calibrate` builds them, on a machine whose
+    costs are the arguments: chains (no nodes), trees 2/2/4 and 4/4/12, greedy; a chain and 4/4/12 sampled."""
+    methods = ((0.0, 0.0), (0.0, 0.0), (0.0, 4.0), (0.0, 12.0), (1.0, 0.0), (1.0, 12.0))
+    return [(s, n, h0 + h_node * n + s * (delta + delta_node * n)) for s, n in methods]
 
 
 def test_the_fit_tells_a_trees_bookkeeping_from_the_loops_per_iteration_work():
-    rows, y = loop_iterations()
-    assert mm.fit_loop_costs(rows, y) == pytest.approx((0.004, 0.05, 0.02, 0.01))
-    # power: without the per-node term (the model before h_node) a tree's bookkeeping lands on its draft
-    # rows, and every draft row, a chain's too, is priced at several times its cost
-    c_row_alone, _, _ = np.linalg.lstsq(np.array(rows)[:, :3], np.array(y), rcond=None)[0]
-    assert c_row_alone > 2 * 0.004
+    assert mm.fit_loop_costs(loop_points()) == pytest.approx((0.05, 0.02, 0.01, 0.03))
+    # power: without the per-node terms (the model before h_node) a tree's bookkeeping lands on h₀ and δ, and
+    # every chain is priced at part of a tree's
+    p = np.array(loop_points())
+    h0_alone, delta_alone = np.linalg.lstsq(np.stack([np.ones(len(p)), p[:, 0]], 1), p[:, 2], rcond=None)[0]
+    assert h0_alone > 0.05 + 0.02 and delta_alone > 0.02 + 0.1
+
+
+def test_the_fit_never_prices_a_term_below_zero():
+    h0, delta, h_node, delta_node = mm.fit_loop_costs(loop_points(delta=-0.03, delta_node=0.0))  # noise
+    assert delta == 0.0 and min(h0, h_node, delta_node) >= 0.0
+
+
+def test_a_sampled_tree_pays_its_rows_per_node():
+    c = replace(costs(0.1), h_node=0.01, h_node_sampled=0.03)
+    tree = sd.TreeBudget(3, 2, 5)
+    assert (mm.iteration_cost(tree, 2.0, c, sampled=True) - mm.iteration_cost(tree, 2.0, c)
+            == pytest.approx(0.02 + 0.03 * 5))
+    assert mm.iteration_cost(3, 2.0, c, sampled=True) - mm.iteration_cost(3, 2.0, c) == pytest.approx(0.02)
 
 
 def test_a_flat_verification_chooses_the_tree_and_a_steep_one_the_chain():

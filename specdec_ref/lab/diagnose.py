@@ -16,11 +16,11 @@ from dataclasses import asdict, dataclass, field, replace
 import torch
 
 from ..cache import CachedModel, vocab_size
-from ..drafters import FeatureDrafter, TreeDrafter, empty_proposal
+from ..drafters import FeatureDrafter, TreeDrafter
 from ..generate import as_drafter, autoregressive_generate, speculative_generate
 from ..models.kernels import kernel_path
-from ..models.method import (CANDIDATES, calibrate, choose, method_name, parse_method, pass_seconds,
-                             timed_steps)
+from ..models.method import (CANDIDATES, calibrate, choose, loop_step_seconds, method_name,
+                             parse_method, pass_seconds, timed_steps)
 from ..sampling import SamplingConfig
 from .bench import Row, cost_ratio, run_interleaved
 from .compare import target_answers
@@ -111,20 +111,6 @@ def position_acceptance(accepted: list[int], drafted: list[int]) -> tuple[list[i
     return acc, exam
 
 
-class NoDraft:
-    """A drafter that proposes nothing: each iteration is one plain target step, timed by the same loop."""
-    default_gamma, wants_target_hidden, calls, n_cached = 1, False, 0, 0
-
-    def __init__(self, vocab_size: int):
-        self.vocab_size = vocab_size
-
-    def propose(self, context_ids, gamma, sampling, generator=None):  # [T] -> ([0], [0, V])
-        return empty_proposal(context_ids, self.vocab_size)
-
-    def sync(self, n_kept: int, target_hidden: torch.Tensor | None = None) -> None:
-        pass
-
-
 def cost_ratios(target, draft, ks: range, context_len: int,
                 rounds: int = 5) -> tuple[list[float], float, float]:
     """(t(k)/t(1) for k in ks, c, t(1) in seconds): t(k) from interleaved, warmed-up passes through the cache
@@ -158,9 +144,7 @@ def measure(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8,
     g = torch.Generator(device=encoded[0].device).manual_seed(seed)
     steps, overheads = [], []
     def plain_step(ids) -> float:  # seconds per step of the loop with an empty draft, prefill excluded
-        dts = [dt for _, dt, _ in timed_steps(target, NoDraft(vocab_size(target)), ids, max_new_tokens,
-                                              dict(gamma=1), sampling, g, eos_token_id)]
-        return statistics.median(dts[1:] or dts)
+        return loop_step_seconds(target, ids, max_new_tokens, sampling, g, eos_token_id)
 
     at_one = []  # overheads of the loop at γ = 1 (fit_slope)
 

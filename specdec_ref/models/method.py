@@ -11,14 +11,16 @@ Two inputs meet in one cost model:
 
 One iteration costs, in units of one step of the plain loop (chapter 6's `eq-tree-cost`, with the overhead):
 
-    cost = t(r)/t(1) + Σ_i (c₁ + c_row (m_i - 1)) + h₀ + h_node |𝒯| (+ δ when sampling)
+    cost = t(r)/t(1) + Σ_i (c₁ + c_row (m_i - 1)) + h₀ + h_node |𝒯| (+ δ + δ_node |𝒯| when sampling)
 
 where r is the rows the target scores (γ + 1 for a chain, |𝒯| + 1 for a tree), m_i the rows of draft pass i
 (the first feeds the τ tokens the last iteration kept; a chain's later passes score 1 row, a tree's w rows),
 c₁ a one-row draft pass, c_row each further row in it, h₀ the loop's own work per iteration and h_node a
-tree's per node (growing it, its masks and positions, keeping its path; |𝒯| = 0 for a chain). One h₀ fitted
-on chains and trees together would price a chain at a tree's bookkeeping. The predicted speedup is
-τ / cost. `lab.diagnose` predicts with the same `predicted_speedup`, from the τ it measures on the spot.
+tree's per node (growing it, its masks and positions, keeping its path; |𝒯| = 0 for a chain); δ and
+δ_node the same when sampling (probabilities over the vocabulary: a sampled tree builds a row and residuals
+per node). One h₀ fitted on chains and trees together would price a chain at a tree's bookkeeping. The
+predicted speedup is τ / cost.
+`lab.diagnose` predicts with the same `predicted_speedup`, from the τ it measures on the spot.
 """
 from __future__ import annotations
 
@@ -34,7 +36,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..cache import cached_model
+from ..cache import cached_model, vocab_size
+from ..drafters import empty_proposal
 from ..device import chip_name, package_version, seconds_since, start_timer
 from ..generate import Step, autoregressive_generate, rows_per_pass, speculative_generate
 from ..sampling import SamplingConfig
@@ -91,6 +94,7 @@ class Costs:
     cores: int = 0  # the cores this process may run on
     other_load: float = float("nan")  # cores' worth of CPU other processes used meanwhile (nan: unknown)
     h_node: float = 0.0  # a tree's bookkeeping per node (0 in costs saved before it was fitted)
+    h_node_sampled: float = 0.0  # and per node when sampling
 
     def verify_cost(self, k: float) -> float:  # t(k)/s₁, linear between measured k
         ks = sorted(self.verify)
@@ -102,7 +106,7 @@ def iteration_cost(method: Method, tau: float, costs: Costs, sampled: bool = Fal
     draft = sum(costs.c_pass + costs.c_row * (m - 1) for m in draft_rows(method, tau))
     nodes = method.n_nodes if isinstance(method, TreeBudget) else 0
     return (costs.verify_cost(target_rows(method)) + draft + costs.h0 + costs.h_node * nodes
-            + (costs.h_sampled if sampled else 0.0))
+            + (costs.h_sampled + costs.h_node_sampled * nodes if sampled else 0.0))
 
 
 def predicted_speedup(method: Method, tau: float, costs: Costs, sampled: bool = False) -> float:
@@ -122,7 +126,8 @@ def choose(taus: dict[str, float], costs: Costs, sampled: bool) -> tuple[Method,
 # Calibration: 10-20 seconds on this machine, cached
 # ---------------------------------------------------------------------------------------------
 
-COST_MODEL = "h0 + h_node"  # the fitted terms: costs cached under another model are measured again
+# the terms and how each is found: costs cached under another cost model are measured again
+COST_MODEL = "h0 + h_node (+ sampled), c_row measured, medians"
 
 
 def machine_key(target, drafter) -> str:
@@ -171,9 +176,34 @@ def timed_steps(target, drafter, ids: torch.Tensor, max_new_tokens: int, how: di
     return out
 
 
-def draft_pass_seconds(target, drafter, ids: torch.Tensor, repeats: int = 5) -> float:  # ids [1, T]
-    """Median seconds of one one-row draft pass after the prompt (proposing one token, the draft's cache
-    warm), for any drafter: a feature drafter first gets the target's features of the prompt."""
+class NoDraft:
+    """A drafter that proposes nothing: each iteration is one plain target step, timed by the same loop."""
+    default_gamma, wants_target_hidden, calls, n_cached = 1, False, 0, 0
+
+    def __init__(self, vocab_size: int):
+        self.vocab_size = vocab_size
+
+    def propose(self, context_ids, gamma, sampling, generator=None):  # [T] -> ([0], [0, V])
+        return empty_proposal(context_ids, self.vocab_size)
+
+    def sync(self, n_kept: int, target_hidden: torch.Tensor | None = None) -> None:
+        pass
+
+
+def loop_step_seconds(target, ids: torch.Tensor, n_tokens: int, sampling: SamplingConfig = SamplingConfig(0),
+                      generator: torch.Generator | None = None, eos_token_id=None) -> float:  # ids [1, T]
+    """Median seconds of one step of the loop with an empty draft (`NoDraft`: one plain target step each),
+    the prefill excluded: the unit every iteration is measured in, robust to a burst of other work."""
+    dts = [dt for _, dt, _ in timed_steps(target, NoDraft(vocab_size(target)), ids, n_tokens, dict(gamma=1),
+                                          sampling, generator, eos_token_id)]
+    return statistics.median(dts[1:] or dts)
+
+
+def draft_pass_seconds(target, drafter, ids: torch.Tensor, repeats: int = 5,
+                       rows: int = 1) -> float:  # ids [1, T]
+    """Median seconds of one draft pass over `rows` new rows after the prompt (feeding them and proposing one
+    token, the draft's cache warm), for any drafter: a feature drafter first gets the target's features of the
+    prompt."""
     tokens, greedy, hidden = ids[0], SamplingConfig(0), None
     drafter.sync(0)
     if drafter.wants_target_hidden:
@@ -184,23 +214,13 @@ def draft_pass_seconds(target, drafter, ids: torch.Tensor, repeats: int = 5) -> 
     drafter.propose(tokens, 1, greedy)  # fills the draft's cache with the prompt, untimed
     times = []
     for r in range(repeats + 2):  # two warm-up rounds
-        drafter.sync(tokens.shape[0] - 1, hidden)  # forget the last token: each round is a one-row pass
+        drafter.sync(tokens.shape[0] - rows, hidden)  # forget the last rows: each round feeds them again
         t0 = start_timer(ids.device)
         drafter.propose(tokens, 1, greedy)
         if r >= 2:
             times.append(seconds_since(t0, ids.device))
     drafter.sync(0)
     return statistics.median(times)
-
-
-def plain_step_seconds(target, ids: torch.Tensor, n_tokens: int) -> float:  # ids [1, T]
-    """Seconds per token of the plain decoding loop: two runs, n and n/2 tokens, so the prefill cancels."""
-    times = []
-    for n in (n_tokens // 2, n_tokens):
-        t0 = start_timer(ids.device)
-        autoregressive_generate(target, ids, n)
-        times.append(seconds_since(t0, ids.device))
-    return max((times[1] - times[0]) / (n_tokens - n_tokens // 2), 1e-9)
 
 
 @torch.inference_mode()
@@ -214,7 +234,7 @@ def calibrate(target, drafter, ids: torch.Tensor, n_tokens: int = 16) -> Costs: 
     autoregressive_generate(target, ids, 4)  # warm up
     load = LoadMeter()
     ks = sorted({1, 2, 3, 4, 5, 6, 8, 10, 13, 17})
-    t = pass_seconds(target, ks, ids.shape[1] + n_tokens // 2, repeats=5)
+    t = pass_seconds(target, ks, ids.shape[1] + n_tokens // 2, repeats=11)
     # t(k)/t(1), the plain loop's step being t(1) plus a little; more rows never cost less than fewer, so a
     # ratio below an earlier one is load noise (kept at the earlier one: a conservative price)
     verify = dict(zip(ks, np.maximum.accumulate([max(t[k] / t[1], 1.0) for k in ks]).tolist()))
@@ -222,37 +242,47 @@ def calibrate(target, drafter, ids: torch.Tensor, n_tokens: int = 16) -> Costs: 
     draft_s = draft_pass_seconds(target, drafter, ids)
     t1 = (t[1] + pass_seconds(target, [1], ids.shape[1] + n_tokens // 2, repeats=5)[1]) / 2
     c_pass = draft_s / t1
-    rows, y, steps = [], [], [plain_step_seconds(target, ids, n_tokens)]
+    # c_row too: fitted, it is nearly collinear with h_node (a bigger tree has more nodes and more draft rows)
+    wide = min(4, ids.shape[1] - 1)
+    c_row = max(draft_pass_seconds(target, drafter, ids, rows=wide) - draft_s, 0.0) / max(wide - 1, 1) / t1
+    points, steps = [], [loop_step_seconds(target, ids, n_tokens)]
     for method, sampled in CALIBRATION:
         how = dict(tree=method) if isinstance(method, TreeBudget) else dict(gamma=method)
+        # the first iterations are the prefill and (a feature drafter) the first feed of the prompt's features
         its = timed_steps(target, drafter, ids, n_tokens, how, SamplingConfig(1.0 if sampled else 0.0),
-                          torch.Generator(device=ids.device).manual_seed(0))[1:]
-        steps.append(plain_step_seconds(target, ids, n_tokens))
+                          torch.Generator(device=ids.device).manual_seed(0))
+        steps.append(loop_step_seconds(target, ids, n_tokens))
         step = (steps[-2] + steps[-1]) / 2  # the unit for this method: the plain loop's step around it
-        kept = 1.0
-        for s, dt, passes in its:
+        rest = []
+        for i, (s, dt, passes) in enumerate(its):
             r = (s.tree.size if s.tree is not None else s.n_drafted) + 1  # rows the target scored
             extra = (passes - 1) * (method.topk if isinstance(method, TreeBudget) else 1) if passes else 0
-            drafted_rows = (kept if passes else 0) + extra
-            nodes = float(s.tree.size) if s.tree is not None else 0.0
-            rows.append([max(drafted_rows - passes, 0.0), 1.0, float(sampled), nodes])
-            y.append(dt / step - float(np.interp(r, ks, [verify[k] for k in ks])) - passes * c_pass)
-            kept = s.n_accepted + 1.0
-    c_row, h0, h_s, h_node = fit_loop_costs(rows, y)
+            kept = its[i - 1][0].n_accepted + 1.0 if i else 1.0  # rows the first draft pass feeds
+            extra_rows = max((kept if passes else 0) + extra - passes, 0.0)
+            if i >= 2 and (s.tree is None or s.tree.size == rows_per_pass(method)):  # whole trees only
+                rest.append(dt / step - float(np.interp(r, ks, [verify[k] for k in ks])) - passes * c_pass
+                            - c_row * extra_rows)
+        if rest:  # the median: robust to a burst of other work
+            points.append((float(sampled), float(rows_per_pass(method)) if isinstance(method, TreeBudget)
+                           else 0.0, statistics.median(rest)))
+    h0, h_s, h_node, h_node_s = fit_loop_costs(points)
     other = load.other_cores() if ids.device.type == "cpu" else float("nan")
     return Costs(verify, c_pass, c_row, h0, h_s, statistics.median(steps), machine_key(target, drafter),
-                 torch.get_num_threads(), n_cores(), other, h_node)
+                 torch.get_num_threads(), n_cores(), other, h_node, h_node_s)
 
 
-def fit_loop_costs(rows: list[list[float]], y: list[float]) -> tuple[float, float, float, float]:
-    """c_row, h₀, δ and h_node by least squares, none below 0: row i of rows is one iteration's [draft rows
-    beyond one per pass, 1, sampled (0/1), tree nodes], y[i] its time in plain steps less its target pass and
-    its draft passes' c₁."""
-    if not rows:
+def fit_loop_costs(points: list[tuple[float, float, float]]) -> tuple[float, float, float, float]:
+    """h₀, δ, h_node and δ_node, none below 0 (non-negative least squares), from one point per calibrated
+    method: (sampled 0/1, tree nodes |𝒯| (0 for a chain), the median of its iterations' time in plain steps
+    less their target pass and draft passes)."""
+    from scipy.optimize import nnls  # scipy's import takes a while: only when calibrating
+    if not points:
         return 0.0, 0.0, 0.0, 0.0
-    coef = np.linalg.lstsq(np.array(rows), np.array(y), rcond=None)[0]
-    c_row, h0, h_s, h_node = (max(float(x), 0.0) for x in coef)
-    return c_row, h0, h_s, h_node
+    p = np.array(points, dtype=float)
+    sampled, nodes = p[:, 0], p[:, 1]
+    a = np.stack([np.ones_like(nodes), sampled, nodes, sampled * nodes], axis=1)
+    h0, h_s, h_node, h_node_s = (float(x) for x in nnls(a, p[:, 2])[0])
+    return h0, h_s, h_node, h_node_s
 
 
 def n_cores() -> int:
@@ -329,11 +359,11 @@ STEADY = 0.3  # cached costs stand while the plain loop's step is within 30% of 
 
 @torch.inference_mode()
 def current_step_seconds(target, ids: torch.Tensor) -> float:  # ids [1, T]
-    """The plain loop's step right now, in a fraction of a second (a warm-up, then 4 and 8 tokens): the check
-    on cached costs. The warm-up matters: a model's first pass after loading packs its weights (oneDNN) and
-    costs several steps, which would make the 4-token run the slower one."""
+    """The plain loop's step right now, in a fraction of a second (a warm-up, then 8 steps of the loop with an
+    empty draft): the check on cached costs. The warm-up matters: a model's first pass after loading packs its
+    weights (oneDNN) and costs several steps."""
     autoregressive_generate(target, ids, 2)
-    return plain_step_seconds(target, ids, 8)
+    return loop_step_seconds(target, ids, 8)
 
 
 def calibrated_costs(target, drafter, ids: torch.Tensor, *, refresh: bool = False) -> Costs:
@@ -393,7 +423,8 @@ class Choice:
                 f"from this machine's t(k)/t(1) = {c.verify_cost(2):.2f} (k=2), "
                 f"{c.verify_cost(5):.2f} (k=5), {c.verify_cost(13):.2f} (k=13), "
                 f"draft pass c₁ = {c.c_pass:.3f}, loop overhead h₀ = {c.h0:.3f} "
-                f"(+ {c.h_node:.3f} per tree node), "
+                f"(+ {c.h_node:.3f} per tree node; when sampling + {c.h_sampled:.3f} "
+                f"+ {c.h_node_sampled:.3f} per node), "
                 "and the head's recorded τ per method\n"
                 "  override: speculative_generate(..., gamma=γ) or tree=sd.TreeBudget(depth, topk, n_nodes); "
                 "SPECDEC_CALIBRATE=0 skips the calibration")
