@@ -1,0 +1,84 @@
+"""Where the loop's own time goes, phase by phase, for the offline pair's compiled target and head.
+
+    python scripts/loop_phases.py [--threads 2] [--prompts 8] [--tokens 64] [--gamma 2]
+
+Greedy chains of the feature head on `distill.prompts.HELD_OUT[12:]`. The compiled packages' calls are timed
+(their runners wrapped), and so is each phase of an iteration (the drafter's propose and its parts, the
+target's `logits` wrapper, verification, rollback, ...), each less the package time inside it: what is left is
+Python and the small torch operations around the packages, in ms per iteration. Phases nest (propose holds
+the head's passes, which hold their masks), so the rows do not add up. Needs `python -m specdec_ref compile`.
+"""
+import argparse
+import collections
+import os
+import time
+
+import torch
+
+p = argparse.ArgumentParser()
+p.add_argument("--threads", type=int, default=2)
+p.add_argument("--prompts", type=int, default=8)
+p.add_argument("--tokens", type=int, default=64)
+p.add_argument("--gamma", type=int, default=2)
+args = p.parse_args()
+torch.set_num_threads(args.threads)
+os.environ.setdefault("SPECDEC_CALIBRATE", "0")  # the method is given below
+import specdec_ref as sd  # noqa: E402
+import specdec_ref.drafters as drafters  # noqa: E402
+import specdec_ref.generate as gen  # noqa: E402
+from specdec_ref.distill.prompts import HELD_OUT  # noqa: E402
+from specdec_ref.models import aot, aot_head  # noqa: E402
+
+target, draft, tok = sd.load_offline_pair(draft="feature")
+compiled = target.__dict__.get("_specdec_compiled")
+if compiled is None or not isinstance(draft.head, aot_head.CompiledHead):
+    raise SystemExit("no compiled target or head on this machine: run python -m specdec_ref compile")
+inside, spent = [0.0], collections.Counter()
+
+
+def in_package(runner):
+    def run(*tensors):
+        t0 = time.perf_counter()
+        out = runner(*tensors)
+        inside[0] += time.perf_counter() - t0
+        return out
+    return run
+
+
+def phase(name, fn):  # fn's time less the package time inside it
+    def timed(*a, **k):
+        before, t0 = inside[0], time.perf_counter()
+        out = fn(*a, **k)
+        spent[name] += time.perf_counter() - t0 - (inside[0] - before)
+        return out
+    return timed
+
+
+compiled.runner = in_package(compiled.runner)
+draft.head.__dict__["runner"] = in_package(draft.head.runner)
+F, H, C = type(draft), aot_head.CompiledHead, aot.CompiledCachedModel
+PHASES = ((F, "propose", "drafter.propose"), (F, "feed_context", "  feed_context"), (F, "sync", "draft sync"),
+          (H, "forward", "  head pass, outside its package"), (H, "reduced_logits", "  head reduced_logits"),
+          (drafters, "argmax", "  argmax"), (drafters, "point_masses", "  one-hot draft rows"),
+          (aot_head, "pass_mask", "  head mask"), (C, "logits", "target pass, outside its package"),
+          (C, "rollback", "target rollback"), (gen, "verify_greedy", "verify_greedy"),
+          (gen, "greedy_tokens", "greedy_tokens"), (gen, "trim_new_tokens", "trim_new_tokens"),
+          (gen, "speculative_step", "the whole iteration"))
+for owner, name, label in PHASES:
+    setattr(owner, name, phase(label, getattr(owner, name)))
+greedy = sd.SamplingConfig(0.0)
+encoded = [sd.encode_chat(tok, q) for q in HELD_OUT[12:12 + args.prompts]]
+sd.speculative_generate(target, draft, encoded[0], 8, sampling=greedy, gamma=args.gamma)  # warm up
+spent.clear()
+inside[0] = wall = 0.0
+iterations = 0
+for ids in encoded:
+    t0 = time.perf_counter()
+    out = sd.speculative_generate(target, draft, ids, args.tokens, sampling=greedy, gamma=args.gamma)
+    wall += time.perf_counter() - t0
+    iterations += len(out.stats.accepted)
+print(f"chain γ = {args.gamma}, {target.dtype}, {args.threads} threads, {iterations} iterations: "
+      f"{(wall - inside[0]) / iterations * 1e3:.2f} ms per iteration outside the packages, "
+      f"{inside[0] / iterations * 1e3:.1f} ms inside")
+for name, seconds in spent.most_common():
+    print(f"{name:36s} {seconds / iterations * 1e3:6.3f} ms")
