@@ -1,16 +1,18 @@
 """Where the loop's own time goes, phase by phase, for the offline pair's compiled target and head.
 
-    python scripts/loop_phases.py [--threads 2] [--prompts 8] [--tokens 64] [--gamma 2]
+    python scripts/loop_phases.py [--threads 2] [--prompts 8] [--tokens 64] [--gamma 2] [--temperature 0]
 
-Greedy chains of the feature head on `distill.prompts.HELD_OUT[12:]`. The compiled packages' calls are timed
-(their runners wrapped), and so is each phase of an iteration (the drafter's propose and its parts, the
-target's `logits` wrapper, verification, rollback, ...), each less the package time inside it: what is left is
-Python and the small torch operations around the packages, in ms per iteration. Phases nest (propose holds
+Chains of the feature head on `distill.prompts.HELD_OUT[12:]`, greedy unless --temperature is given. The
+compiled packages' calls are timed (their runners wrapped), and so is each phase of an iteration (the
+drafter's propose and its parts, the target's `logits` wrapper, verification, rollback, ...), each less the
+package time inside it: what is left is Python and the small torch operations around the packages, in ms per
+iteration. Phases nest (propose holds
 the head's passes, which hold their masks), so the rows do not add up. Needs `python -m specdec_ref compile`.
 """
 import argparse
 import collections
 import os
+import sys
 import time
 
 import torch
@@ -20,6 +22,7 @@ p.add_argument("--threads", type=int, default=2)
 p.add_argument("--prompts", type=int, default=8)
 p.add_argument("--tokens", type=int, default=64)
 p.add_argument("--gamma", type=int, default=2)
+p.add_argument("--temperature", type=float, default=0.0)
 args = p.parse_args()
 torch.set_num_threads(args.threads)
 os.environ.setdefault("SPECDEC_CALIBRATE", "0")  # the method is given below
@@ -59,25 +62,30 @@ draft.head.__dict__["runner"] = in_package(draft.head.runner)
 F, H, C = type(draft), aot_head.CompiledHead, aot.CompiledCachedModel
 PHASES = ((F, "propose", "drafter.propose"), (F, "feed_context", "  feed_context"), (F, "sync", "draft sync"),
           (H, "forward", "  head pass, outside its package"), (H, "reduced_logits", "  head reduced_logits"),
-          (drafters, "argmax", "  argmax"), (drafters, "point_masses", "  one-hot draft rows"),
+          (H, "greedy_tokens", "  head greedy_tokens"), (drafters, "point_masses", "  one-hot draft rows"),
+          (drafters, "draw_among", "  draft draw_among"),
           (aot_head, "pass_mask", "  head mask"), (C, "logits", "target pass, outside its package"),
           (C, "rollback", "target rollback"), (gen, "verify_greedy", "verify_greedy"),
           (gen, "greedy_tokens", "greedy_tokens"), (gen, "trim_new_tokens", "trim_new_tokens"),
-          (gen, "speculative_step", "the whole iteration"))
+          (gen, "speculative_step", "the whole iteration"),
+          (gen, "logits_to_probs", "target logits_to_probs"), (gen, "verify", "verify (sampled)"),
+          (sys.modules["specdec_ref.verify"], "sample", "  its sample"),
+          (sys.modules["specdec_ref.verify"], "residual", "  its residual"))
 for owner, name, label in PHASES:
     setattr(owner, name, phase(label, getattr(owner, name)))
-greedy = sd.SamplingConfig(0.0)
+sampling = sd.SamplingConfig(args.temperature)
 encoded = [sd.encode_chat(tok, q) for q in HELD_OUT[12:12 + args.prompts]]
-sd.speculative_generate(target, draft, encoded[0], 8, sampling=greedy, gamma=args.gamma)  # warm up
+sd.speculative_generate(target, draft, encoded[0], 8, sampling=sampling, gamma=args.gamma)  # warm up
 spent.clear()
 inside[0] = wall = 0.0
 iterations = 0
 for ids in encoded:
     t0 = time.perf_counter()
-    out = sd.speculative_generate(target, draft, ids, args.tokens, sampling=greedy, gamma=args.gamma)
+    out = sd.speculative_generate(target, draft, ids, args.tokens, sampling=sampling, gamma=args.gamma)
     wall += time.perf_counter() - t0
     iterations += len(out.stats.accepted)
-print(f"chain γ = {args.gamma}, {target.dtype}, {args.threads} threads, {iterations} iterations: "
+print(f"chain γ = {args.gamma}, T = {args.temperature:g}, {target.dtype}, {args.threads} threads, "
+      f"{iterations} iterations: "
       f"{(wall - inside[0]) / iterations * 1e3:.2f} ms per iteration outside the packages, "
       f"{inside[0] / iterations * 1e3:.1f} ms inside")
 for name, seconds in spent.most_common():

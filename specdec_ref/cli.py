@@ -165,7 +165,7 @@ def compile_main(args) -> None:
     model, _ = load_offline_target("cpu", dtype, prepack=False, compiled=False)  # no old package loaded
     path = aot.package_path(model)
     head = feature_draft.load(model) if feature_draft.available() else None
-    head_path = aot.package_path(head) if head is not None else None
+    head_path = aot_head.head_package_path(head) if head is not None else None
     if path.exists() and (head_path is None or head_path.exists()) and not args.force:
         print(f"this machine's compiled passes exist: {path}" + (f", {head_path}" if head_path else "")
               + " (--force builds them again)")

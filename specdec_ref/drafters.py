@@ -30,7 +30,7 @@ import torch
 from transformers import DynamicCache
 
 from .cache import cached_model, vocab_size
-from .sampling import SamplingConfig, argmax, draw, draw_among, point_masses
+from .sampling import SamplingConfig, draw, draw_among, point_masses
 from .tree import GrowingTree, Tree, TreeBudget, draft_tree, tree_depth, tree_node_positions, tree_rows_mask
 
 
@@ -346,13 +346,13 @@ class FeatureDrafter:
         tokens, probs = [], []
         greedy = sampling.greedy and self.confidence_stop is None
         while True:
-            # the logits of the head's own K tokens (every other token's is -inf), ids ascending: ties and
-            # cumulative sums go in vocabulary order, as over all V
-            rows, ids = self.head.reduced_logits(f)  # [1, K], [K]
-            if greedy:  # the argmax; the one-hot rows come once, at the end
-                token = ids[argmax(rows[0])][None]  # [1]
+            if greedy:  # the argmax (a compiled head's package brings it); the one-hot rows come at the end
+                token = self.head.greedy_tokens(f)  # [1]
                 unsure = False
             else:  # logits_to_probs over the K entries, as for the target; the [V] row filled in after
+                # the logits of the head's own K tokens (every other token's is -inf), ids ascending: ties
+                # and cumulative sums go in vocabulary order, as over all V
+                rows, ids = self.head.reduced_logits(f)  # [1, K], [K]
                 token, p = draw_among(rows[0], ids, self.vocab_size, sampling, generator)  # [1], [V]
                 probs.append(p)
                 unsure = self.confidence_stop is not None and rows[0].softmax(-1).max() < self.confidence_stop
@@ -364,7 +364,8 @@ class FeatureDrafter:
             self.cache.crop(-(len(tokens) - 1))  # drop the guessed positions: only real target features stay
         self.calls += len(tokens) - 1
         tokens = torch.cat(tokens)  # [≤γ]
-        return tokens, point_masses(tokens, self.vocab_size, rows.dtype) if greedy else torch.stack(probs)
+        return tokens, (point_masses(tokens, self.vocab_size, self.head.fc.weight.dtype) if greedy
+                        else torch.stack(probs))
 
     def feed_context(self, context_ids: torch.Tensor) -> torch.Tensor:  # [T] -> [d]
         """Cache the pairs (h_j, x_{j+1}) not fed yet, j < T - 1; return the last one's output: a guess of

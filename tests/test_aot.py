@@ -241,7 +241,9 @@ def built_head(built, tmp_path_factory):
     """A random feature head on the tiny target, and its compiled pass (built at one thread, as above)."""
     model, _ = built
     torch.manual_seed(0)
-    head = FeatureHead(model).eval()
+    V = model.config.vocab_size  # a reduced vocabulary, so that greedy tokens must be mapped to their ids
+    keep = torch.sort(torch.randperm(V, generator=torch.Generator().manual_seed(0))[:V * 3 // 4]).values
+    head = FeatureHead(model, keep_ids=keep).eval()
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -286,7 +288,14 @@ def test_the_compiled_head_gives_the_eager_features_across_pieces_trees_and_crop
         assert compiled._rows(rows) is not None
         assert torch.allclose(compiled.logits(rows), head.logits(rows), atol=1e-4)
         assert torch.allclose(compiled.reduced_logits(rows)[0], head.reduced_logits(rows)[0], atol=1e-4)
+        # the package's greedy tokens: vocabulary ids, each row's argmax over all V
+        assert torch.equal(compiled.greedy_tokens(rows), head.logits(rows).argmax(-1))
+        assert torch.equal(compiled.greedy_tokens(rows), compiled._rows(rows, which=2))
     assert compiled._rows(f.clone()) is None and compiled._rows(f[:, :4]) is None
+    assert torch.equal(compiled.greedy_tokens(f.clone()), head.greedy_tokens(f))  # not a view: the head's own
+    assert torch.equal(head.greedy_tokens(f), head.logits(f).argmax(-1))
+    # power: an index among the head's K tokens, not mapped to its vocabulary id, is another token
+    assert not torch.equal(compiled.greedy_tokens(f), head.head.reduced_logits(f).argmax(-1))
     kv.crop(-3)
     ref.crop(-3)
     assert not torch.allclose(compiled(torch.randn(1, 1, d, generator=g), torch.tensor([[3]]), kv),
@@ -307,9 +316,13 @@ def test_a_drafter_with_the_compiled_head_drafts_what_the_eager_one_drafts(built
             drafter.sync(n - 1, feats[:n - 1])  # back one token: the tree re-feeds the last pair
             drafter.sync(n, feats[:n])
             tree = drafter.propose_tree(ids[:n], sd.TreeBudget(3, 2, 5), sd.SamplingConfig(0.0))
-            out.append((chain, tree))
-        (c0, t0), (c1, t1) = out
+            drafter.sync(n - 1, feats[:n - 1])
+            drafter.sync(n, feats[:n])
+            greedy = drafter.propose(ids[:n], 3, sd.SamplingConfig(0.0))
+            out.append((chain, tree, greedy))
+        (c0, t0, g0), (c1, t1, g1) = out
         assert torch.equal(c0[0], c1[0]) and torch.allclose(c0[1], c1[1], atol=1e-5), n  # sampled chain, q
+        assert torch.equal(g0[0], g1[0]) and torch.equal(g0[1], g1[1]), n  # greedy chain, one-hot rows
         assert t0[0].parents == t1[0].parents and torch.equal(t0[1], t1[1]), n  # the same tree, same tokens
     assert isinstance(drafters[1].cache, aot_head.HeadKV)
     assert not isinstance(drafters[0].cache, aot_head.HeadKV)

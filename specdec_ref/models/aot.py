@@ -156,20 +156,22 @@ def fingerprint(model) -> str:
     return h.hexdigest()[:16]
 
 
-def package_key(model) -> str:
-    """The package's name: the processor, torch's threads, torch, the package's own version and the weights'
-    fingerprint. Threads belong to it because Inductor writes its GEMMs for the thread count it compiles at
-    (a package built at 1 thread multiplies on one core whatever torch is told later)."""
+def package_key(model, fmt: str = str(FORMAT)) -> str:
+    """The package's name: the processor, torch's threads, torch, the package's own version, its format
+    (`fmt`: FORMAT for a target's, `aot_head.HEAD_FORMAT` for a head's) and the weights' fingerprint. Threads
+    belong to it because Inductor writes its GEMMs for the thread count it compiles at (a package built at 1
+    thread multiplies on one core whatever torch is told later)."""
     device = next(model.parameters()).device
     parts = [chip_name(device, with_flags=True), str(torch.get_num_threads()), torch.__version__,
-             package_version(), str(FORMAT), device.type, fingerprint(model)]
+             package_version(), fmt, device.type, fingerprint(model)]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
-def package_path(model) -> Path:
-    """Where this machine's package for `model` (a target, or a feature head) is, or would be, kept."""
+def package_path(model, fmt: str = str(FORMAT)) -> Path:
+    """Where this machine's package for `model` (a target, or a feature head: `aot_head.head_package_path`)
+    is, or would be, kept."""
     from .loading import cache_dir
-    return cache_dir() / "aot" / f"{package_key(model)}.pt2"
+    return cache_dir() / "aot" / f"{package_key(model, fmt)}.pt2"
 
 
 def switched_on() -> bool:

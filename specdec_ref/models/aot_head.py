@@ -5,6 +5,7 @@ dispatch, and that cost is c in every speedup formula. So the head gets a packag
 its fc, decoder layers and reduced output layer over KV buffers given as inputs; `build_head` compiles it
 (seconds to a minute); `attach_head` wraps a head in a `CompiledHead` where this machine has its package,
 which `FeatureDrafter` then drafts with on buffers of its own (`HeadKV`). Every other drafter stays eager.
+The package also returns each row's greedy token, so a greedy chain never leaves it for an argmax.
 """
 from __future__ import annotations
 
@@ -18,14 +19,27 @@ from ..cache import cache_kwargs
 from .aot import (BLOCK, MAX_QUERY, _compile, _dims, causal_mask, kv_buffers, kv_shape, load_package,
                   package_path, pass_mask, room_for, switched_on)
 
+HEAD_FORMAT = "head-2"  # the head packages' inputs and outputs (2: the greedy tokens); a change rebuilds them
+
+
+def head_package_path(head) -> Path:
+    """Where this machine's package for a feature head is, or would be, kept (`aot.package_path`, in the
+    head's own format)."""
+    return package_path(head, HEAD_FORMAT)
+
+
 class HeadStep(nn.Module):
     """One cached pass of a `FeatureHead`'s fc and decoder layers, for torch.export:
 
         (embeds [1, q, d], features [1, q, d], positions [1, q], write [] long, mask [1, 1, q, L],
-         k_0, v_0, ...) -> (the head's output features [q, d], their logits over its own vocabulary [q, K])
+         k_0, v_0, ...) -> (the head's output features [q, d], their logits over its own vocabulary [q, K],
+                            each row's greedy token [q], a vocabulary id)
 
     The token embeddings come in ready-made (the embedding table is the target's: no second copy in the
-    package); the reduced output layer (K = 8,192 rows) runs inside. KV buffers as in `KVStep`.
+    package); the reduced output layer (K = 8,192 rows) runs inside, and so does the greedy token: the
+    first of the row's largest logits (as `sampling.argmax`), mapped to its id in the target's vocabulary
+    (`keep_ids`). Outside, that is three more small operations per draft token (0.1 ms per token on a 2-core
+    CPU, `scripts/loop_phases.py`). KV buffers as in `KVStep`.
     """
 
     def __init__(self, head):
@@ -45,7 +59,8 @@ class HeadStep(nn.Module):
         out = self.head.body(inputs_embeds=x, position_ids=positions, attention_mask=mask,
                              **cache_kwargs(self.head.body, self.cache), use_cache=True)
         features = out.last_hidden_state[0]  # [q, d]
-        return features, self.head.head.reduced_logits(features)
+        logits = self.head.head.reduced_logits(features)  # [q, K]
+        return features, logits, self.head.head.keep_ids[logits.argmax(-1)]
 
 
 def head_supported(head, *, for_build: bool = True) -> str | None:
@@ -82,7 +97,7 @@ def build_head(head, path: Path | None = None, *, options: dict | None = None, v
     q, length = _dims()
     shapes = ({1: q}, {1: q}, {1: q}, None, {2: q, 3: length},
               tuple({2: length} for _ in range(len(inputs) - 5)))
-    return _compile(HeadStep(head).eval(), inputs, shapes, Path(path or package_path(head)), options,
+    return _compile(HeadStep(head).eval(), inputs, shapes, Path(path or head_package_path(head)), options,
                     "the feature head's pass" if verbose else "")
 
 
@@ -116,16 +131,17 @@ class HeadKV:
 class CompiledHead(nn.Module):
     """A FeatureHead whose decoder pass runs through its compiled package when given a `HeadKV` cache
     (`new_cache()`, which `FeatureDrafter` asks for); with any other cache, or none, the eager head runs.
-    The package also returns the logits of the features it just made: `logits` and `reduced_logits` of
-    those rows (or of some of them, as views) come from there instead of another matrix product. Everything
-    else (`fc`, `vocab_size`, ...) is the head's own, and any other features go through the head's own
-    output layer."""
+    The package also returns the logits of the features it just made, and their greedy tokens: `logits`,
+    `reduced_logits` and `greedy_tokens` of those rows (or of some of them, as views) come from there
+    instead of another matrix product. Everything else (`fc`, `vocab_size`, ...) is the head's own, and any
+    other features go through the head's own output layer."""
 
     def __init__(self, head, runner, path: Path):
         super().__init__()
         self.inner, self.path = head, path
         self.__dict__["runner"] = runner  # not a submodule
-        self.__dict__["_last"] = None  # (features [q, d], their reduced logits [q, K]) of the latest pass
+        # (features [q, d], their reduced logits [q, K], their greedy tokens [q]) of the latest pass
+        self.__dict__["_last"] = None
 
     def __getattr__(self, name):
         try:
@@ -136,12 +152,12 @@ class CompiledHead(nn.Module):
     def new_cache(self) -> HeadKV:
         return HeadKV(self.inner)
 
-    def _rows(self, f: torch.Tensor) -> torch.Tensor | None:  # [..., d] -> [..., K] or None
-        """The package's logits for f if f is made of whole rows of the latest pass's features (a view of
-        them), else None."""
+    def _rows(self, f: torch.Tensor, which: int = 1) -> torch.Tensor | None:  # [..., d] -> [..., K] or None
+        """The package's logits (which=1) or greedy tokens (which=2, [...]) for f if f is made of whole rows
+        of the latest pass's features (a view of them), else None."""
         if self._last is None:
             return None
-        out, logits = self._last
+        out = self._last[0]
         d = out.shape[-1]
         if (f.shape[-1] != d or f.dtype != out.dtype or f.stride(-1) != 1 or f.numel() == 0
                 or f.untyped_storage().data_ptr() != out.untyped_storage().data_ptr()):
@@ -149,7 +165,8 @@ class CompiledHead(nn.Module):
         n, offset = f.numel() // d, f.storage_offset() - out.storage_offset()
         if offset % d or (f.dim() > 1 and f.stride(-2) != d) or not 0 <= offset // d <= out.shape[0] - n:
             return None
-        return logits[offset // d:offset // d + n].reshape(*f.shape[:-1], -1)
+        rows = self._last[which][offset // d:offset // d + n]
+        return rows.reshape(*f.shape[:-1], -1) if which == 1 else rows.reshape(f.shape[:-1])
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:  # [..., d] -> [..., V]
         rows = self._rows(features)
@@ -161,6 +178,10 @@ class CompiledHead(nn.Module):
     def reduced_logits(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         rows = self._rows(features)
         return self.inner.reduced_logits(features) if rows is None else (rows, self.inner.head.keep_ids)
+
+    def greedy_tokens(self, features: torch.Tensor) -> torch.Tensor:  # [..., d] -> [...]
+        tokens = self._rows(features, which=2)
+        return self.inner.greedy_tokens(features) if tokens is None else tokens
 
     def forward(self, hidden: torch.Tensor, next_tokens: torch.Tensor, cache=None, *,
                 position_ids: torch.Tensor | None = None,
@@ -181,9 +202,9 @@ class CompiledHead(nn.Module):
         positions = (torch.arange(start, start + q, device=hidden.device)[None] if position_ids is None
                      else position_ids)
         mask = pass_mask(start, q, L, dtype, hidden.device, None if position_ids is None else attention_mask)
-        out, logits = self.runner(self.inner.embed(next_tokens), hidden.to(dtype), positions,
-                                  torch.tensor(start, device=hidden.device), mask, *cache.kv)
-        self.__dict__["_last"] = (out, logits)
+        out, logits, tokens = self.runner(self.inner.embed(next_tokens), hidden.to(dtype), positions,
+                                          torch.tensor(start, device=hidden.device), mask, *cache.kv)
+        self.__dict__["_last"] = (out, logits, tokens)
         cache.length = start + q
         return out[None]  # [1, q, d]
 
@@ -194,7 +215,7 @@ def attach_head(head, *, enabled: bool | None = None):
     enabled = switched_on() if enabled is None else enabled
     if not enabled or head_supported(head, for_build=False) is not None:
         return head
-    path = package_path(head)
+    path = head_package_path(head)
     if not path.exists():
         return head
     return CompiledHead(head, load_package(path), path)

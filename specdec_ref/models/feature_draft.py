@@ -108,6 +108,10 @@ class FeatureHead(nn.Module):
         0)."""
         return self.head.reduced_logits(features), self.head.keep_ids
 
+    def greedy_tokens(self, features: torch.Tensor) -> torch.Tensor:  # [..., d] -> [...]
+        """Each row's greedy token (a vocabulary id): the first of its largest logits, as `argmax`."""
+        return self.head.keep_ids[self.head.reduced_logits(features).max(-1).indices]
+
     @property
     def ffn_size(self) -> int:
         """The width of the decoder layers' MLP (the target's unless the head was built wider)."""

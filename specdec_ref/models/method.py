@@ -5,9 +5,9 @@ Two inputs meet in one cost model:
 * the draft's **recorded quality**: τ, the tokens one target pass keeps, for every candidate method, greedy
   and at T = 1, measured once on held-out prompts and shipped beside the weights (`quality.json`, with the
   head's coverage@k per depth and α per draft position, written by `scripts/record_head_quality.py`);
-* this machine's **costs**, calibrated in 10-20 seconds (`calibrate`) and cached on disk per machine, dtype,
-  model and package version: t(k)/t(1) for the target, and the loop's cost per draft pass, per extra draft row
-  and per iteration, fitted on the iterations of several methods at once.
+* this machine's **costs**, calibrated in about ten seconds (`calibrate`) and cached on disk per machine,
+  dtype, model and package version: t(k)/t(1) for the target, and the loop's cost per draft pass, per extra
+  draft row and per iteration, fitted on the iterations of several methods at once.
 
 One iteration costs, in units of one step of the plain loop (chapter 6's `eq-tree-cost`, with the overhead):
 
@@ -126,7 +126,7 @@ def choose(taus: dict[str, float], costs: Costs, sampled: bool) -> tuple[Method,
 
 
 # ---------------------------------------------------------------------------------------------
-# Calibration: 10-20 seconds on this machine, cached
+# Calibration: about ten seconds on a 2-core CPU, cached
 # ---------------------------------------------------------------------------------------------
 
 # the terms and how each is found: costs cached under another cost model are measured again
@@ -228,7 +228,7 @@ def draft_pass_seconds(target, drafter, ids: torch.Tensor, repeats: int = 5,
 
 @torch.inference_mode()
 def calibrate(target, drafter, ids: torch.Tensor, n_tokens: int = 16) -> Costs:  # ids [1, T]
-    """Measure this machine's `Costs` for target and drafter on one prompt (about 10-20 s on a 2-core CPU).
+    """Measure this machine's `Costs` for target and drafter on one prompt (about ten seconds, 2-core CPU).
 
     Every number is a ratio of neighbouring timings, so a machine whose speed drifts with other work still
     gets sound costs: t(k)/t(1) from interleaved passes (`pass_seconds`), and each method's iterations over
@@ -241,6 +241,7 @@ def calibrate(target, drafter, ids: torch.Tensor, n_tokens: int = 16) -> Costs: 
     # t(k)/t(1), the plain loop's step being t(1) plus a little; more rows never cost less than fewer, so a
     # ratio below an earlier one is load noise (kept at the earlier one: a conservative price)
     verify = dict(zip(ks, np.maximum.accumulate([max(t[k] / t[1], 1.0) for k in ks]).tolist()))
+    prices = [verify[k] for k in ks]  # t(k)/t(1) at ks, interpolated between them below
     # c₁ measured directly (a fit cannot tell a draft pass from the rows it adds), against t(1) around it
     draft_s = draft_pass_seconds(target, drafter, ids)
     t1 = (t[1] + pass_seconds(target, [1], ids.shape[1] + n_tokens // 2, repeats=5)[1]) / 2
@@ -263,7 +264,7 @@ def calibrate(target, drafter, ids: torch.Tensor, n_tokens: int = 16) -> Costs: 
             kept = its[i - 1][0].n_accepted + 1.0 if i else 1.0  # rows the first draft pass feeds
             extra_rows = max((kept if passes else 0) + extra - passes, 0.0)
             if i >= 2 and (s.tree is None or s.tree.size == rows_per_pass(method)):  # whole trees only
-                rest.append(dt / step - float(np.interp(r, ks, [verify[k] for k in ks])) - passes * c_pass
+                rest.append(dt / step - float(np.interp(r, ks, prices)) - passes * c_pass
                             - c_row * extra_rows)
         if rest:  # the median: robust to a burst of other work
             points.append((float(sampled), float(rows_per_pass(method)) if isinstance(method, TreeBudget)
