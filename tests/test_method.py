@@ -125,6 +125,23 @@ def test_calibration_measures_costs_and_is_cached_per_machine(pair, tmp_path, mo
     assert mm.calibrated_costs(target, drafter, ids, refresh=True).h0 != 123.0
 
 
+def test_the_machine_key_follows_the_compiled_head_package(pair):
+    """A head package of another format (or other weights) is another draft pass: its costs are measured
+    again, not read from the old package's calibration."""
+    from pathlib import Path
+    target, drafter = pair
+
+    class Compiled:  # what machine_key reads of a models.aot_head.CompiledHead
+        def __init__(self, name):
+            self.path = Path("/cache/aot") / name
+
+    keys = []
+    for head in (Compiled("a.pt2"), Compiled("a.pt2"), Compiled("b.pt2")):
+        drafter.head = head
+        keys.append(mm.machine_key(target, drafter))
+    assert keys[0] == keys[1] and keys[1] != keys[2]  # power: the same package, the same key
+
+
 def test_cached_costs_are_measured_again_when_the_machine_changed_speed(pair, tmp_path, monkeypatch, capsys):
     target, drafter = pair
     ids = torch.tensor([[1, 2, 3, 4, 5]])

@@ -134,12 +134,16 @@ COST_MODEL = "h0 + h_node (+ sampled), c_row measured, medians"
 
 
 def machine_key(target, drafter) -> str:
-    """What calibrated costs depend on: the processor, threads, dtype, models, torch and package versions."""
+    """What calibrated costs depend on: the processor, threads, dtype, models, torch and package versions,
+    and the compiled packages the passes run through (a new head package, `aot_head.HEAD_FORMAT`, prices its
+    pass anew)."""
     device = next(target.parameters()).device
+    head = getattr(drafter, "head", None)
+    head_package = getattr(head, "path", None)  # a compiled head (models.aot_head.CompiledHead): its package
     parts = [COST_MODEL, chip_name(device), device.type, str(torch.get_num_threads()), str(target.dtype),
              torch.__version__, package_version(), type(target).__name__,
              str(target.config.num_hidden_layers), str(target.config.hidden_size), type(drafter).__name__,
-             type(getattr(drafter, "head", None)).__name__, kernel_path(target)]  # a compiled head: its own c
+             type(head).__name__, kernel_path(target), getattr(head_package, "name", "")]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
