@@ -6,8 +6,8 @@ Chains of the feature head on `distill.prompts.HELD_OUT[12:]`, greedy unless --t
 compiled packages' calls are timed (their runners wrapped), and so is each phase of an iteration (the
 drafter's propose and its parts, the target's `logits` wrapper, verification, rollback, ...), each less the
 package time inside it: what is left is Python and the small torch operations around the packages, in ms per
-iteration. Phases nest (propose holds
-the head's passes, which hold their masks), so the rows do not add up. Needs `python -m specdec_ref compile`.
+iteration. Phases nest (propose holds the head's passes, which hold their masks), so the rows do not add up.
+Needs `python -m specdec_ref compile`.
 """
 import argparse
 import collections

@@ -29,6 +29,7 @@ from torch import nn
 from transformers import DynamicCache, LlamaConfig, LlamaModel
 
 from ..cache import cache_kwargs
+from ..sampling import argmax
 from .offline_draft import ReducedHead
 
 WEIGHTS_DIR = Path(__file__).parent / "weights" / "feature_draft"
@@ -109,8 +110,8 @@ class FeatureHead(nn.Module):
         return self.head.reduced_logits(features), self.head.keep_ids
 
     def greedy_tokens(self, features: torch.Tensor) -> torch.Tensor:  # [..., d] -> [...]
-        """Each row's greedy token (a vocabulary id): the first of its largest logits, as `argmax`."""
-        return self.head.keep_ids[self.head.reduced_logits(features).max(-1).indices]
+        """Each row's greedy token (a vocabulary id): `sampling.argmax` of its logits, the first on ties."""
+        return self.head.keep_ids[argmax(self.head.reduced_logits(features))]
 
     @property
     def ffn_size(self) -> int:
