@@ -285,13 +285,14 @@ def test_the_compiled_head_gives_the_eager_features_across_pieces_trees_and_crop
     # the package's own logits for rows of its latest pass; any other features through the head's layer
     f = compiled(torch.randn(1, 3, d, generator=g), torch.randint(0, 40, (1, 3), generator=g), kv)[0]
     for rows in (f, f[-1:], f[1], f[-1]):
-        assert compiled._rows(rows) is not None
+        assert compiled._span(rows) is not None
         assert torch.allclose(compiled.logits(rows), head.logits(rows), atol=1e-4)
         assert torch.allclose(compiled.reduced_logits(rows)[0], head.reduced_logits(rows)[0], atol=1e-4)
         # the package's greedy tokens: vocabulary ids, each row's argmax over all V
         assert torch.equal(compiled.greedy_tokens(rows), head.logits(rows).argmax(-1))
-        assert torch.equal(compiled.greedy_tokens(rows), compiled._rows(rows, which=2))
-    assert compiled._rows(f.clone()) is None and compiled._rows(f[:, :4]) is None
+        from_package = compiled._last.tokens[compiled._span(rows)].reshape(rows.shape[:-1])
+        assert torch.equal(compiled.greedy_tokens(rows), from_package)  # the package's, not the fallback
+    assert compiled._span(f.clone()) is None and compiled._span(f[:, :4]) is None
     assert torch.equal(compiled.greedy_tokens(f.clone()), head.greedy_tokens(f))  # not a view: the head's own
     assert torch.equal(head.greedy_tokens(f), head.logits(f).argmax(-1))
     # power: an index among the head's K tokens, not mapped to its vocabulary id, is another token

@@ -65,6 +65,21 @@ def test_the_fit_never_prices_a_term_below_zero():
     assert delta == 0.0 and min(h0, h_node, delta_node) >= 0.0
 
 
+def test_verification_prices_are_the_closest_ordered_ones_not_a_running_maximum():
+    """One noisy t(2)/t(1) (a burst of other work) moves its neighbours a little: a running maximum would
+    price every tree of up to 8 rows at that one bad timing and hide the flat verification."""
+    noisy = [1.0, 1.30, 1.05, 1.05, 1.05, 1.05]  # k = 1..6, flat but for k = 2
+    fitted = mm.monotone(noisy)
+    assert fitted == pytest.approx([1.0, 1.10, 1.10, 1.10, 1.10, 1.10])
+    assert fitted[-1] < 1.15 < np.maximum.accumulate(noisy)[-1]  # power: the running maximum says 1.30
+    assert mm.monotone([1.0, 1.02, 1.1, 1.5]) == [1.0, 1.02, 1.1, 1.5]  # ordered prices stand
+    rng = np.random.default_rng(0)
+    for _ in range(20):  # always ordered, and as dear in total as what was measured (pooling keeps sums)
+        v = list(1 + rng.random(10))
+        f = mm.monotone(v)
+        assert all(a <= b + 1e-12 for a, b in zip(f, f[1:])) and sum(f) == pytest.approx(sum(v))
+
+
 def test_a_sampled_tree_pays_its_rows_per_node():
     c = replace(costs(0.1), h_node=0.01, h_node_sampled=0.03)
     tree = sd.TreeBudget(3, 2, 5)
@@ -123,6 +138,21 @@ def test_calibration_measures_costs_and_is_cached_per_machine(pair, tmp_path, mo
     files[0].write_text(json.dumps({**json.loads(files[0].read_text()), "h0": 123.0}))
     assert mm.calibrated_costs(target, drafter, ids).h0 == 123.0  # read back, not measured again
     assert mm.calibrated_costs(target, drafter, ids, refresh=True).h0 != 123.0
+
+
+def test_calibration_times_every_method_in_interleaved_rounds(pair, monkeypatch):
+    """Each calibrated method runs ROUNDS times, all methods once before any runs again, so a drift in the
+    machine's speed reaches every method alike, and its point is the median of all its rounds' iterations."""
+    target, drafter = pair
+    order, real = [], mm.timed_steps
+
+    def timed_steps(target, drafter, ids, n, how, sampling, *args, **kwargs):
+        if not isinstance(drafter, mm.NoDraft):
+            order.append((how.get("tree", how.get("gamma")), sampling.temperature > 0))
+        return real(target, drafter, ids, n, how, sampling, *args, **kwargs)
+    monkeypatch.setattr(mm, "timed_steps", timed_steps)
+    mm.calibrate(target, drafter, torch.tensor([[1, 2, 3, 4, 5]]))
+    assert mm.ROUNDS >= 2 and order == list(mm.CALIBRATION) * mm.ROUNDS  # not each method's rounds together
 
 
 def test_the_machine_key_follows_the_compiled_head_package(pair):

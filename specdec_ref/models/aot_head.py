@@ -10,6 +10,7 @@ The package also returns each row's greedy token, so a greedy chain never leaves
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -128,6 +129,14 @@ class HeadKV:
         self.length = max(0, self.length + max_length if max_length < 0 else min(self.length, max_length))
 
 
+class LastPass(NamedTuple):
+    """What a compiled head pass returned: its rows' features [q, d], reduced logits [q, K] and greedy tokens
+    [q] (vocabulary ids)."""
+    features: torch.Tensor
+    logits: torch.Tensor
+    tokens: torch.Tensor
+
+
 class CompiledHead(nn.Module):
     """A FeatureHead whose decoder pass runs through its compiled package when given a `HeadKV` cache
     (`new_cache()`, which `FeatureDrafter` asks for); with any other cache, or none, the eager head runs.
@@ -140,8 +149,7 @@ class CompiledHead(nn.Module):
         super().__init__()
         self.inner, self.path = head, path
         self.__dict__["runner"] = runner  # not a submodule
-        # (features [q, d], their reduced logits [q, K], their greedy tokens [q]) of the latest pass
-        self.__dict__["_last"] = None
+        self.__dict__["_last"] = None  # the latest pass's outputs (LastPass)
 
     def __getattr__(self, name):
         try:
@@ -152,12 +160,12 @@ class CompiledHead(nn.Module):
     def new_cache(self) -> HeadKV:
         return HeadKV(self.inner)
 
-    def _rows(self, f: torch.Tensor, which: int = 1) -> torch.Tensor | None:  # [..., d] -> [..., K] or None
-        """The package's logits (which=1) or greedy tokens (which=2, [...]) for f if f is made of whole rows
-        of the latest pass's features (a view of them), else None."""
+    def _span(self, f: torch.Tensor) -> slice | None:  # [..., d]
+        """The rows of the latest pass that f is made of, if f is a view of whole rows of its features; else
+        None."""
         if self._last is None:
             return None
-        out = self._last[0]
+        out = self._last.features
         d = out.shape[-1]
         if (f.shape[-1] != d or f.dtype != out.dtype or f.stride(-1) != 1 or f.numel() == 0
                 or f.untyped_storage().data_ptr() != out.untyped_storage().data_ptr()):
@@ -165,23 +173,27 @@ class CompiledHead(nn.Module):
         n, offset = f.numel() // d, f.storage_offset() - out.storage_offset()
         if offset % d or (f.dim() > 1 and f.stride(-2) != d) or not 0 <= offset // d <= out.shape[0] - n:
             return None
-        rows = self._last[which][offset // d:offset // d + n]
-        return rows.reshape(*f.shape[:-1], -1) if which == 1 else rows.reshape(f.shape[:-1])
+        return slice(offset // d, offset // d + n)
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:  # [..., d] -> [..., V]
-        rows = self._rows(features)
-        if rows is None:
+        span = self._span(features)
+        if span is None:
             return self.inner.logits(features)
+        rows = self._last.logits[span].reshape(*features.shape[:-1], -1)
         full = features.new_full((*features.shape[:-1], self.inner.head.weight.shape[0]), float("-inf"))
         return full.index_copy_(-1, self.inner.head.keep_ids, rows.to(full.dtype))
 
     def reduced_logits(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        rows = self._rows(features)
-        return self.inner.reduced_logits(features) if rows is None else (rows, self.inner.head.keep_ids)
+        span = self._span(features)
+        if span is None:
+            return self.inner.reduced_logits(features)
+        return self._last.logits[span].reshape(*features.shape[:-1], -1), self.inner.head.keep_ids
 
     def greedy_tokens(self, features: torch.Tensor) -> torch.Tensor:  # [..., d] -> [...]
-        tokens = self._rows(features, which=2)
-        return self.inner.greedy_tokens(features) if tokens is None else tokens
+        span = self._span(features)
+        if span is None:
+            return self.inner.greedy_tokens(features)
+        return self._last.tokens[span].reshape(features.shape[:-1])
 
     def forward(self, hidden: torch.Tensor, next_tokens: torch.Tensor, cache=None, *,
                 position_ids: torch.Tensor | None = None,
@@ -204,7 +216,7 @@ class CompiledHead(nn.Module):
         mask = pass_mask(start, q, L, dtype, hidden.device, None if position_ids is None else attention_mask)
         out, logits, tokens = self.runner(self.inner.embed(next_tokens), hidden.to(dtype), positions,
                                           torch.tensor(start, device=hidden.device), mask, *cache.kv)
-        self.__dict__["_last"] = (out, logits, tokens)
+        self.__dict__["_last"] = LastPass(out, logits, tokens)
         cache.length = start + q
         return out[None]  # [1, q, d]
 

@@ -53,6 +53,7 @@ CANDIDATES: tuple[Method, ...] = (1, 2, 3, 4, 5, 6, TreeBudget(1, 2, 2), TreeBud
 # (method, sampled): the iterations the costs are fitted on
 CALIBRATION = ((1, False), (3, False), (TreeBudget(2, 2, 4), False), (TreeBudget(4, 4, 12), False),
                (3, True), (TreeBudget(4, 4, 12), True))
+ROUNDS = 2  # the methods' iterations are timed in this many interleaved rounds
 
 
 def method_name(method: Method) -> str:
@@ -130,7 +131,7 @@ def choose(taus: dict[str, float], costs: Costs, sampled: bool) -> tuple[Method,
 # ---------------------------------------------------------------------------------------------
 
 # the terms and how each is found: costs cached under another cost model are measured again
-COST_MODEL = "h0 + h_node (+ sampled), c_row measured, medians"
+COST_MODEL = "h0 + h_node (+ sampled), c_row measured, ordered t(k), medians of 2 rounds"
 
 
 def machine_key(target, drafter) -> str:
@@ -243,8 +244,8 @@ def calibrate(target, drafter, ids: torch.Tensor, n_tokens: int = 16) -> Costs: 
     ks = sorted({1, 2, 3, 4, 5, 6, 8, 10, 13, 17})
     t = pass_seconds(target, ks, ids.shape[1] + n_tokens // 2, repeats=11)
     # t(k)/t(1), the plain loop's step being t(1) plus a little; more rows never cost less than fewer, so a
-    # ratio below an earlier one is load noise (kept at the earlier one: a conservative price)
-    verify = dict(zip(ks, np.maximum.accumulate([max(t[k] / t[1], 1.0) for k in ks]).tolist()))
+    # ratio out of order is noise on one side or the other: the closest ordered prices are fitted
+    verify = dict(zip(ks, monotone([max(t[k] / t[1], 1.0) for k in ks])))
     prices = [verify[k] for k in ks]  # t(k)/t(1) at ks, interpolated between them below
     # c₁ measured directly (a fit cannot tell a draft pass from the rows it adds), against t(1) around it
     draft_s = draft_pass_seconds(target, drafter, ids)
@@ -253,15 +254,16 @@ def calibrate(target, drafter, ids: torch.Tensor, n_tokens: int = 16) -> Costs: 
     # c_row too: fitted, it is nearly collinear with h_node (a bigger tree has more nodes and more draft rows)
     wide = min(4, ids.shape[1] - 1)
     c_row = max(draft_pass_seconds(target, drafter, ids, rows=wide) - draft_s, 0.0) / max(wide - 1, 1) / t1
-    points, steps = [], [loop_step_seconds(target, ids, n_tokens)]
-    for method, sampled in CALIBRATION:
+    rests: dict[tuple[Method, bool], list[float]] = {m: [] for m in CALIBRATION}
+    steps = [loop_step_seconds(target, ids, n_tokens)]
+    for method, sampled in CALIBRATION * ROUNDS:  # every method, then every method again: twice the samples
         how = dict(tree=method) if isinstance(method, TreeBudget) else dict(gamma=method)
         # the first iterations are the prefill and (a feature drafter) the first feed of the prompt's features
         its = timed_steps(target, drafter, ids, n_tokens, how, SamplingConfig(1.0 if sampled else 0.0),
                           torch.Generator(device=ids.device).manual_seed(0))
         steps.append(loop_step_seconds(target, ids, n_tokens))
         step = (steps[-2] + steps[-1]) / 2  # the unit for this method: the plain loop's step around it
-        rest = []
+        rest = rests[method, sampled]
         for i, (s, dt, passes) in enumerate(its):
             r = (s.tree.size if s.tree is not None else s.n_drafted) + 1  # rows the target scored
             extra = (passes - 1) * (method.topk if isinstance(method, TreeBudget) else 1) if passes else 0
@@ -270,13 +272,27 @@ def calibrate(target, drafter, ids: torch.Tensor, n_tokens: int = 16) -> Costs: 
             if i >= 2 and (s.tree is None or s.tree.size == rows_per_pass(method)):  # whole trees only
                 rest.append(dt / step - float(np.interp(r, ks, prices)) - passes * c_pass
                             - c_row * extra_rows)
-        if rest:  # the median: robust to a burst of other work
-            points.append((float(sampled), float(rows_per_pass(method)) if isinstance(method, TreeBudget)
-                           else 0.0, statistics.median(rest)))
+    points = [(float(sampled), float(rows_per_pass(method)) if isinstance(method, TreeBudget) else 0.0,
+               statistics.median(rest))  # the median of both rounds' iterations: robust to a burst of work
+              for (method, sampled), rest in rests.items() if rest]
     h0, h_s, h_node, h_node_s = fit_loop_costs(points)
     other = load.other_cores() if ids.device.type == "cpu" else float("nan")
     return Costs(verify, c_pass, c_row, h0, h_s, statistics.median(steps), machine_key(target, drafter),
                  torch.get_num_threads(), n_cores(), other, h_node, h_node_s)
+
+
+def monotone(values: list[float]) -> list[float]:
+    """The non-decreasing sequence closest to `values` in least squares (pool adjacent violators): a run of
+    values out of order is replaced by its mean. One noisy high t(2)/t(1) then moves its neighbours a little,
+    where a running maximum would lift every later price to it."""
+    blocks: list[tuple[float, int]] = []  # (mean, count)
+    for v in values:
+        mean, count = float(v), 1
+        while blocks and blocks[-1][0] > mean:
+            m, n = blocks.pop()
+            mean, count = (m * n + mean * count) / (n + count), n + count
+        blocks.append((mean, count))
+    return [m for m, n in blocks for _ in range(n)]
 
 
 def fit_loop_costs(points: list[tuple[float, float, float]]) -> tuple[float, float, float, float]:
