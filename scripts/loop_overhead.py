@@ -36,12 +36,13 @@ torch.set_num_threads(args.threads)
 import specdec_ref as sd  # noqa: E402
 from specdec_ref.distill.prompts import HELD_OUT  # noqa: E402
 from specdec_ref.lab.hf import assistant_settings, constant_gamma  # noqa: E402
+from specdec_ref.lab.timing import InsideClock  # noqa: E402
 from specdec_ref.models import offline_draft  # noqa: E402
 from specdec_ref.models.offline_draft import ReducedHead  # noqa: E402
 
 target, feature, tok = sd.load_offline_pair(draft="feature")
 lm = sd.prepack_for_cpu(offline_draft.load(target))
-inside = {"s": 0.0, "target": 0}
+inside = InsideClock()
 starts = {}
 
 
@@ -53,8 +54,7 @@ def pre(key):
 
 def post(key, is_target=False):
     def hook(module, a, out):
-        inside["s"] += time.perf_counter() - starts.pop(key)
-        inside["target"] += is_target
+        inside.add(time.perf_counter() - starts.pop(key), is_target)
     return hook
 
 
@@ -70,28 +70,18 @@ reduced = ReducedHead.reduced_logits
 def timed_reduced(self, hidden):  # the feature head's and the LM draft's output layer, by either route
     t0 = time.perf_counter()
     out = reduced(self, hidden)
-    inside["s"] += time.perf_counter() - t0
+    inside.add(time.perf_counter() - t0)
     return out
 
 
 ReducedHead.reduced_logits = timed_reduced
 
 
-def timed_runner(runner, is_target):  # a compiled pass (models.aot): hooks on the eager modules never fire
-    def run(*inputs):
-        t0 = time.perf_counter()
-        out = runner(*inputs)
-        inside["s"] += time.perf_counter() - t0
-        inside["target"] += is_target
-        return out
-    return run
-
-
 compiled = target.__dict__.get("_specdec_compiled")
 if compiled is not None:
-    compiled.runner = timed_runner(compiled.runner, True)
+    compiled.runner = inside.wrap(compiled.runner, is_target=True)  # a compiled pass: no hooks fire
 if type(feature.head).__name__ == "CompiledHead":
-    feature.head.__dict__["runner"] = timed_runner(feature.head.runner, False)
+    feature.head.__dict__["runner"] = inside.wrap(feature.head.runner)
 sampling = sd.SamplingConfig(args.temperature)
 
 
@@ -125,14 +115,14 @@ per_pass = {name: [] for name in runs}
 t1 = []
 for i, ids in enumerate([enc[0]] + enc):  # the first prompt twice: a warm-up round, dropped
     for name, run in runs.items():
-        inside["s"], inside["target"] = 0.0, 0
+        inside.seconds, inside.target_calls = 0.0, 0
         t0 = time.perf_counter()
         run(ids)
         wall = time.perf_counter() - t0
         if i:
-            per_pass[name].append((wall - inside["s"]) / inside["target"] * 1e3)
+            per_pass[name].append((wall - inside.seconds) / inside.target_calls * 1e3)
             if name == "plain":
-                t1.append(inside["s"] / inside["target"] * 1e3)
+                t1.append(inside.seconds / inside.target_calls * 1e3)
 step = statistics.median(t1)
 print(json.dumps({"package": sd.__file__, "threads": args.threads, "dtype": str(target.dtype),
                   "temperature": args.temperature,

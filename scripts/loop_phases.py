@@ -30,35 +30,27 @@ import specdec_ref as sd  # noqa: E402
 import specdec_ref.drafters as drafters  # noqa: E402
 import specdec_ref.generate as gen  # noqa: E402
 from specdec_ref.distill.prompts import HELD_OUT  # noqa: E402
+from specdec_ref.lab.timing import InsideClock  # noqa: E402
 from specdec_ref.models import aot, aot_head  # noqa: E402
 
 target, draft, tok = sd.load_offline_pair(draft="feature")
 compiled = target.__dict__.get("_specdec_compiled")
 if compiled is None or not isinstance(draft.head, aot_head.CompiledHead):
     raise SystemExit("no compiled target or head on this machine: run python -m specdec_ref compile")
-inside, spent = [0.0], collections.Counter()
-
-
-def in_package(runner):
-    def run(*tensors):
-        t0 = time.perf_counter()
-        out = runner(*tensors)
-        inside[0] += time.perf_counter() - t0
-        return out
-    return run
+inside, spent = InsideClock(), collections.Counter()
 
 
 def phase(name, fn):  # fn's time less the package time inside it
     def timed(*a, **k):
-        before, t0 = inside[0], time.perf_counter()
+        before, t0 = inside.seconds, time.perf_counter()
         out = fn(*a, **k)
-        spent[name] += time.perf_counter() - t0 - (inside[0] - before)
+        spent[name] += time.perf_counter() - t0 - (inside.seconds - before)
         return out
     return timed
 
 
-compiled.runner = in_package(compiled.runner)
-draft.head.__dict__["runner"] = in_package(draft.head.runner)
+compiled.runner = inside.wrap(compiled.runner)
+draft.head.__dict__["runner"] = inside.wrap(draft.head.runner)
 F, H, C = type(draft), aot_head.CompiledHead, aot.CompiledCachedModel
 PHASES = ((F, "propose", "drafter.propose"), (F, "feed_context", "  feed_context"), (F, "sync", "draft sync"),
           (H, "forward", "  head pass, outside its package"), (H, "reduced_logits", "  head reduced_logits"),
@@ -77,7 +69,7 @@ sampling = sd.SamplingConfig(args.temperature)
 encoded = [sd.encode_chat(tok, q) for q in HELD_OUT[12:12 + args.prompts]]
 sd.speculative_generate(target, draft, encoded[0], 8, sampling=sampling, gamma=args.gamma)  # warm up
 spent.clear()
-inside[0] = wall = 0.0
+inside.seconds = wall = 0.0
 iterations = 0
 for ids in encoded:
     t0 = time.perf_counter()
@@ -86,7 +78,7 @@ for ids in encoded:
     iterations += len(out.stats.accepted)
 print(f"chain γ = {args.gamma}, T = {args.temperature:g}, {target.dtype}, {args.threads} threads, "
       f"{iterations} iterations: "
-      f"{(wall - inside[0]) / iterations * 1e3:.2f} ms per iteration outside the packages, "
-      f"{inside[0] / iterations * 1e3:.1f} ms inside")
+      f"{(wall - inside.seconds) / iterations * 1e3:.2f} ms per iteration outside the packages, "
+      f"{inside.seconds / iterations * 1e3:.1f} ms inside")
 for name, seconds in spent.most_common():
     print(f"{name:36s} {seconds / iterations * 1e3:6.3f} ms")

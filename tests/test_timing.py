@@ -36,6 +36,20 @@ def test_time_fn_explains_bad_repeats():
         T.time_fn(lambda: None, "cpu", repeats=0)
 
 
+def test_the_inside_clock_books_only_the_wrapped_calls_and_counts_the_targets():
+    import time
+    clock = T.InsideClock()
+    slow = clock.wrap(lambda x: (time.sleep(0.02), x * 2)[1], is_target=True)
+    other = clock.wrap(lambda x: x + 1)
+    x = torch.ones(2)
+    assert torch.equal(slow(x), x * 2) and torch.equal(other(x), x + 1)  # the calls' own outputs
+    assert clock.seconds >= 0.02 and clock.target_calls == 1
+    before = clock.seconds
+    time.sleep(0.02)  # power: time outside the wrapped calls is not booked
+    clock.add(0.5)
+    assert clock.seconds - before == pytest.approx(0.5) and clock.target_calls == 1
+
+
 def test_median_and_spread_ignore_one_outlier():
     timing = T.Timing([1.0, 1.0, 1.1, 0.9, 100.0])
     assert timing.median == 1.0

@@ -97,6 +97,28 @@ def time_fn(fn: Callable[[], object], device: torch.device | str,
     return Timing(times)
 
 
+class InsideClock:
+    """Time spent inside chosen calls (a compiled package's runner, a model's forward), and how many were the
+    target's: what the scripts that time the loop around the passes subtract. `wrap(fn)` returns fn timed
+    (hooks on eager modules never fire inside a package); `add` books time measured elsewhere (a hook)."""
+
+    def __init__(self):
+        self.seconds, self.target_calls = 0.0, 0
+
+    def add(self, seconds: float, is_target: bool = False) -> None:
+        self.seconds += seconds
+        self.target_calls += is_target
+
+    def wrap(self, fn: Callable, is_target: bool = False) -> Callable:
+        def timed(*inputs, **kwargs):
+            device = next((x.device for x in inputs if isinstance(x, torch.Tensor)), "cpu")
+            t0 = start_timer(device)
+            out = fn(*inputs, **kwargs)
+            self.add(seconds_since(t0, device), is_target)
+            return out
+        return timed
+
+
 # ---------------------------------------------------------------------------------------------
 # The device: how fast can it move bytes, and how fast can it multiply?
 # ---------------------------------------------------------------------------------------------
