@@ -115,7 +115,7 @@ per_pass = {name: [] for name in runs}
 t1 = []
 for i, ids in enumerate([enc[0]] + enc):  # the first prompt twice: a warm-up round, dropped
     for name, run in runs.items():
-        inside.seconds, inside.target_calls = 0.0, 0
+        inside.reset()
         t0 = time.perf_counter()
         run(ids)
         wall = time.perf_counter() - t0

@@ -69,7 +69,8 @@ sampling = sd.SamplingConfig(args.temperature)
 encoded = [sd.encode_chat(tok, q) for q in HELD_OUT[12:12 + args.prompts]]
 sd.speculative_generate(target, draft, encoded[0], 8, sampling=sampling, gamma=args.gamma)  # warm up
 spent.clear()
-inside.seconds = wall = 0.0
+inside.reset()
+wall = 0.0
 iterations = 0
 for ids in encoded:
     t0 = time.perf_counter()

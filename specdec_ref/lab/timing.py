@@ -103,6 +103,9 @@ class InsideClock:
     (hooks on eager modules never fire inside a package); `add` books time measured elsewhere (a hook)."""
 
     def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
         self.seconds, self.target_calls = 0.0, 0
 
     def add(self, seconds: float, is_target: bool = False) -> None:

@@ -131,7 +131,7 @@ def choose(taus: dict[str, float], costs: Costs, sampled: bool) -> tuple[Method,
 # ---------------------------------------------------------------------------------------------
 
 # the terms and how each is found: costs cached under another cost model are measured again
-COST_MODEL = "h0 + h_node (+ sampled), c_row measured, ordered t(k), medians of 2 rounds"
+COST_MODEL = f"h0 + h_node (+ sampled), c_row measured, ordered t(k), medians of {ROUNDS} rounds"
 
 
 def machine_key(target, drafter) -> str:
@@ -245,8 +245,8 @@ def calibrate(target, drafter, ids: torch.Tensor, n_tokens: int = 16) -> Costs: 
     t = pass_seconds(target, ks, ids.shape[1] + n_tokens // 2, repeats=11)
     # t(k)/t(1), the plain loop's step being t(1) plus a little; more rows never cost less than fewer, so a
     # ratio out of order is noise on one side or the other: the closest ordered prices are fitted
-    verify = dict(zip(ks, monotone([max(t[k] / t[1], 1.0) for k in ks])))
-    prices = [verify[k] for k in ks]  # t(k)/t(1) at ks, interpolated between them below
+    prices = monotone([max(t[k] / t[1], 1.0) for k in ks])  # t(k)/t(1) at ks, interpolated between them below
+    verify = dict(zip(ks, prices))
     # c₁ measured directly (a fit cannot tell a draft pass from the rows it adds), against t(1) around it
     draft_s = draft_pass_seconds(target, drafter, ids)
     t1 = (t[1] + pass_seconds(target, [1], ids.shape[1] + n_tokens // 2, repeats=5)[1]) / 2
@@ -254,9 +254,9 @@ def calibrate(target, drafter, ids: torch.Tensor, n_tokens: int = 16) -> Costs: 
     # c_row too: fitted, it is nearly collinear with h_node (a bigger tree has more nodes and more draft rows)
     wide = min(4, ids.shape[1] - 1)
     c_row = max(draft_pass_seconds(target, drafter, ids, rows=wide) - draft_s, 0.0) / max(wide - 1, 1) / t1
-    rests: dict[tuple[Method, bool], list[float]] = {m: [] for m in CALIBRATION}
+    rests: dict[tuple[Method, bool], list[float]] = {key: [] for key in CALIBRATION}
     steps = [loop_step_seconds(target, ids, n_tokens)]
-    for method, sampled in CALIBRATION * ROUNDS:  # every method, then every method again: twice the samples
+    for method, sampled in CALIBRATION * ROUNDS:  # every method, then all of them again
         how = dict(tree=method) if isinstance(method, TreeBudget) else dict(gamma=method)
         # the first iterations are the prefill and (a feature drafter) the first feed of the prompt's features
         its = timed_steps(target, drafter, ids, n_tokens, how, SamplingConfig(1.0 if sampled else 0.0),
@@ -273,7 +273,7 @@ def calibrate(target, drafter, ids: torch.Tensor, n_tokens: int = 16) -> Costs: 
                 rest.append(dt / step - float(np.interp(r, ks, prices)) - passes * c_pass
                             - c_row * extra_rows)
     points = [(float(sampled), float(rows_per_pass(method)) if isinstance(method, TreeBudget) else 0.0,
-               statistics.median(rest))  # the median of both rounds' iterations: robust to a burst of work
+               statistics.median(rest))  # the median of all rounds' iterations: robust to a burst of work
               for (method, sampled), rest in rests.items() if rest]
     h0, h_s, h_node, h_node_s = fit_loop_costs(points)
     other = load.other_cores() if ids.device.type == "cpu" else float("nan")
