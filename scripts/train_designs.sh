@@ -16,7 +16,8 @@
 # float16, more than a 24 GB machine can train from in memory; it needs its own, smaller run.)
 #
 # Environment: THREADS (default 2; 1 while anything else runs), STEPS (default 900, about one epoch of 4,096-token
-# batches), LR (3e-4). Logs: runs/d_<design>/train.log; exports: runs/d_<design>/export. Then compare them with
+# batches), LR (3e-4), SEEDS (default "1 2": the generation runs joined to seed 0's; SEEDS=1 trains on seeds 0
+# and 1 only, 1.6M tokens, whose features take a third of the time, into runs/d_<design>_seeds01). Logs: runs/d_<design>/train.log; exports: runs/d_<design>/export. Then compare them with
 # `python scripts/compare_heads.py shipped runs/d_a1/export ... --json runs/heads_full.json`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +26,10 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 THREADS=${THREADS:-2} STEPS=${STEPS:-900} LR=${LR:-3e-4}
 C=specdec_ref/distill/corpus
 SEED0=(--n-generated 1200 --n-grounded 240 --n-template 700 --max-prompts 0)  # stage 1 as the seed-0 run made it
-EXTRA=(--extra-runs runs/corpus_seed1,runs/corpus_seed2)
+SEEDS=${SEEDS:-1 2}
+EXTRA_RUNS=$(for s in $SEEDS; do printf 'runs/corpus_seed%s,' "$s"; done)
+EXTRA=(--extra-runs "${EXTRA_RUNS%,}")
+SUFFIX=$([ "$SEEDS" = "1 2" ] && echo "" || echo "_seeds0${SEEDS// /}")
 
 corpus() {  # the committed corpus, copied into run folders once
   mkdir -p runs/eagle_full
@@ -52,7 +56,7 @@ design() {  # design name -> its flags
 }
 
 train() {
-  local name=$1 flags out=runs/d_$1
+  local name=$1 flags out=runs/d_$1$SUFFIX
   flags=$(design "$name")
   features
   mkdir -p "$out"
