@@ -1,12 +1,14 @@
 """Where the loop's own time goes, phase by phase, for the offline pair's compiled target and head.
 
     python scripts/loop_phases.py [--threads 2] [--prompts 8] [--tokens 64] [--gamma 2] [--temperature 0]
+    python scripts/loop_phases.py --tree 2/2/3     # a dynamic tree (TreeBudget depth/topk/n_nodes) instead
 
-Chains of the feature head on `distill.prompts.HELD_OUT[12:]`, greedy unless --temperature is given. The
-compiled packages' calls are timed (their runners wrapped), and so is each phase of an iteration (the
-drafter's propose and its parts, the target's `logits` wrapper, verification, rollback, ...), each less the
-package time inside it: what is left is Python and the small torch operations around the packages, in ms per
-iteration. Phases nest (propose holds the head's passes, which hold their masks), so the rows do not add up.
+Chains (or, with --tree, dynamic trees) of the feature head on `distill.prompts.HELD_OUT[12:]`, greedy unless
+--temperature is given. The compiled packages' calls are timed (their runners wrapped), and so is each phase
+of an iteration (the drafter's propose and its parts, the target's `logits` wrapper, verification, rollback,
+...), each less the package time inside it: what is left is Python and the small torch operations around the
+packages, in ms per iteration. Phases nest (propose holds the head's passes, which hold their masks), so the
+rows do not add up.
 Needs `python -m specdec_ref compile`.
 """
 import argparse
@@ -23,12 +25,14 @@ p.add_argument("--prompts", type=int, default=8)
 p.add_argument("--tokens", type=int, default=64)
 p.add_argument("--gamma", type=int, default=2)
 p.add_argument("--temperature", type=float, default=0.0)
+p.add_argument("--tree", default=None, help="depth/topk/n_nodes of a TreeBudget, e.g. 2/2/3 (not --gamma)")
 args = p.parse_args()
 torch.set_num_threads(args.threads)
 os.environ.setdefault("SPECDEC_CALIBRATE", "0")  # the method is given below
 import specdec_ref as sd  # noqa: E402
 import specdec_ref.drafters as drafters  # noqa: E402
 import specdec_ref.generate as gen  # noqa: E402
+import specdec_ref.tree as trees  # noqa: E402
 from specdec_ref.distill.prompts import HELD_OUT  # noqa: E402
 from specdec_ref.lab.timing import InsideClock  # noqa: E402
 from specdec_ref.models import aot, aot_head  # noqa: E402
@@ -62,22 +66,35 @@ PHASES = ((F, "propose", "drafter.propose"), (F, "feed_context", "  feed_context
           (gen, "speculative_step", "the whole iteration"),
           (gen, "logits_to_probs", "target logits_to_probs"), (gen, "verify", "verify (sampled)"),
           (sys.modules["specdec_ref.verify"], "sample", "  its sample"),
-          (sys.modules["specdec_ref.verify"], "residual", "  its residual"))
+          (sys.modules["specdec_ref.verify"], "residual", "  its residual"),
+          (gen, "tree_step", "the whole iteration (tree)"), (F, "propose_tree", "drafter.propose_tree"),
+          (drafters, "draft_tree", "  draft_tree"), (trees, "grow_tree", "    grow_tree"),
+          (drafters, "tree_rows_mask", "    head tree mask"),
+          (drafters, "tree_node_positions", "    head tree positions"),
+          (gen, "tree_attention_mask", "target tree mask"),
+          (gen, "tree_position_ids", "target tree positions"),
+          (C, "keep_rows", "target keep_rows"), (gen, "verify_tree_greedy", "verify_tree_greedy"),
+          (gen, "verify_tree", "verify_tree (sampled)"))
 for owner, name, label in PHASES:
     setattr(owner, name, phase(label, getattr(owner, name)))
 sampling = sd.SamplingConfig(args.temperature)
+if args.tree:
+    method = dict(tree=sd.TreeBudget(*(int(n) for n in args.tree.split("/"))))
+    label = f"tree {args.tree}"
+else:
+    method, label = dict(gamma=args.gamma), f"chain γ = {args.gamma}"
 encoded = [sd.encode_chat(tok, q) for q in HELD_OUT[12:12 + args.prompts]]
-sd.speculative_generate(target, draft, encoded[0], 8, sampling=sampling, gamma=args.gamma)  # warm up
+sd.speculative_generate(target, draft, encoded[0], 8, sampling=sampling, **method)  # warm up
 spent.clear()
 inside.reset()
 wall = 0.0
 iterations = 0
 for ids in encoded:
     t0 = time.perf_counter()
-    out = sd.speculative_generate(target, draft, ids, args.tokens, sampling=sampling, gamma=args.gamma)
+    out = sd.speculative_generate(target, draft, ids, args.tokens, sampling=sampling, **method)
     wall += time.perf_counter() - t0
     iterations += len(out.stats.accepted)
-print(f"chain γ = {args.gamma}, T = {args.temperature:g}, {target.dtype}, {args.threads} threads, "
+print(f"{label}, T = {args.temperature:g}, {target.dtype}, {args.threads} threads, "
       f"{iterations} iterations: "
       f"{(wall - inside.seconds) / iterations * 1e3:.2f} ms per iteration outside the packages, "
       f"{inside.seconds / iterations * 1e3:.1f} ms inside")

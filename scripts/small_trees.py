@@ -1,7 +1,7 @@
 """Small dynamic trees against chains on the offline pair, side by side in one process: where t(k) is flat
 only up to 3-4 rows (a 2-core CPU), a tree of 2-3 nodes is all a tree can afford.
 
-    python scripts/small_trees.py [--threads 2] [--prompts 8] [--tokens 64]
+    python scripts/small_trees.py [--threads 2] [--prompts 8] [--tokens 64] [--methods 1,2,1/2/2,1/3/3,2/2/3]
 
 Plain decoding, chains γ = 1 and 2, trees 1/2/2, 1/3/3 and 2/2/3 (depth / width / nodes) and the default the
 loader chose, interleaved prompt by prompt (`lab.diagnose.measure_speedups`) on held-out chat prompts
@@ -16,6 +16,8 @@ p = argparse.ArgumentParser()
 p.add_argument("--threads", type=int, default=2)
 p.add_argument("--prompts", type=int, default=8)
 p.add_argument("--tokens", type=int, default=64)
+p.add_argument("--methods", default="1,2,1/2/2,1/3/3,2/2/3",
+               help="chains (γ) and trees (depth/width/nodes), comma-separated, e.g. 1,2,2/2/4,3/3/8")
 args = p.parse_args()
 torch.set_num_threads(args.threads)
 import specdec_ref as sd  # noqa: E402
@@ -25,7 +27,7 @@ from specdec_ref.models.method import method_name  # noqa: E402
 
 target, draft, tok = sd.load_offline_pair(draft="feature")
 encoded = [sd.encode_chat(tok, q) for q in HELD_OUT[12:12 + args.prompts]]
-methods = [1, 2, sd.TreeBudget(1, 2, 2), sd.TreeBudget(1, 3, 3), sd.TreeBudget(2, 2, 3)]
+methods = [sd.TreeBudget(*map(int, m.split("/"))) if "/" in m else int(m) for m in args.methods.split(",")]
 for label, sampling in (("greedy", sd.SamplingConfig(0)), ("T=1", sd.SamplingConfig(1.0))):
     default = draft.default_method(sampling)
     runs = {method_name(m): (draft, dict(tree=m) if isinstance(m, sd.TreeBudget) else dict(gamma=m))

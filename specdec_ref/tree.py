@@ -26,6 +26,7 @@ Two shapes, one per way of choosing the children, and one walk (`verify_tree`) f
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -186,16 +187,25 @@ def tree_attention_mask(tree: Tree, context_len: int, start: int, stop: int, dty
 
     A context token sees the context before it (causal); a node sees the whole context and its ancestors.
     """
-    T = context_len  # ℓ, the context length (T as in the shape comments: a sequence length)
-    query = torch.arange(start, stop, device=device)[:, None]  # [q, 1] flattened index of each row
-    key = torch.arange(stop, device=device)[None]  # [1, k]
+    if not 0 <= start < context_len or stop != context_len + tree.size:
+        raise ValueError(f"a tree pass scores the context from `start` (0 <= start < {context_len}) and then "
+                         f"all {tree.size} nodes (stop = {context_len + tree.size}), got {start}..{stop}")
+    mask = torch.zeros(stop - start, stop, dtype=dtype, device=device)  # every row sees the cached context
+    mask[:, start:] = _tree_block(tree, context_len - start, dtype, torch.device(device or "cpu"))
+    return mask[None, None]  # [q, k] -> [1, 1, q, k]
 
-    def node(i):  # flattened index -> node id; every context token maps to 0, the root
-        return (i - T + 1).clamp(min=0)
 
-    # [q, k]
-    allowed = ((key < T) & (key <= query)) | ((key >= T) & tree.ancestry(device)[node(query), node(key)])
-    return additive_mask(allowed, dtype)[None, None]  # [q, k] -> [1, 1, q, k]
+@functools.lru_cache(maxsize=64)
+def _tree_block(tree: Tree, n_ctx: int, dtype: torch.dtype,
+                device: torch.device) -> torch.Tensor:  # -> [n_ctx + n_nodes, n_ctx + n_nodes]
+    """The mask among the rows of a tree pass: n_ctx context rows (the root last) see each other causally;
+    the nodes see all of them and, among the nodes, themselves and their ancestors. Kept per tree, since the
+    loop needs it every pass (built afresh: a dozen small operations, a tenth of a millisecond on a CPU)."""
+    q = torch.arange(n_ctx + tree.size)
+    node = (q - n_ctx + 1).clamp(min=0)  # row -> node id; every context row maps to 0, the root
+    allowed = ((q[None] < n_ctx) & (q[None] <= q[:, None])) | (
+        (q[None] >= n_ctx) & tree.ancestry()[node[:, None], node[None]])
+    return additive_mask(allowed, dtype).to(device)
 
 
 def tree_position_ids(tree: Tree, context_len: int, start: int, stop: int,
@@ -315,20 +325,20 @@ def grow_tree(root_token: int, root_logits: DraftLogits, expand: Expand,
 
     def add_children(nodes: list[int], out: DraftLogits) -> list[int]:  # [len(nodes), V] -> new node ids
         logits, ids = out if isinstance(out, tuple) else (out, None)
-        logits = logits.detach().float()
+        logits = logits.detach()
         top = logits.topk(w, dim=-1)  # [n, w]
-        logp = top.values - logits.logsumexp(-1, keepdim=True)  # [n, w] log-softmax of the top w only
-        cand = torch.tensor([g.score[v] for v in nodes])[:, None] + logp.cpu()  # [n, w] path scores
-        keep = sorted(cand.flatten().topk(min(w, cand.numel())).indices.tolist())  # the w best children
-        chosen = top.indices if ids is None else ids[top.indices]  # [n, w] token ids
-        tokens, scores = chosen.tolist(), cand.tolist()  # one copy from the device per depth
+        # [n, w] log-softmax of the top w only, and their token ids: one copy each from the device per depth
+        logp = (top.values.float() - logits.float().logsumexp(-1, keepdim=True)).tolist()
+        tokens = (top.indices if ids is None else ids[top.indices]).tolist()
+        # path scores of the n * w candidates, best first (ties: the earlier row, then the likelier child)
+        cand = sorted(((g.score[v] + lp, row, col) for row, v in enumerate(nodes)
+                       for col, lp in enumerate(logp[row])), key=lambda c: -c[0])
         new = []
-        for i in keep:
-            row, col = divmod(i, w)
+        for score, row, col in sorted(cand[:w], key=lambda c: (c[1], c[2])):  # the w best children, in order
             g.parents.append(nodes[row])
             g.tokens.append(tokens[row][col])
             g.depth.append(g.depth[nodes[row]] + 1)
-            g.score.append(scores[row][col])
+            g.score.append(score)
             new.append(len(g.parents) - 1)
         return new
 

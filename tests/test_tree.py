@@ -86,6 +86,36 @@ def test_tree_logits_equal_each_path_run_as_a_sequence(attn, branching):
                                    rtol=0, atol=tol)
 
 
+def mask_from_the_definition(tree, T, start, stop):  # [q, stop] bool: what tree_attention_mask must allow
+    allowed = torch.zeros(stop - start, stop, dtype=torch.bool)
+    ancestry = tree.ancestry()
+    for r, i in enumerate(range(start, stop)):
+        for k in range(stop):
+            if i < T:  # a context token: the context before it
+                allowed[r, k] = k <= i
+            else:  # node i - T + 1: the whole context and its own ancestors
+                allowed[r, k] = k < T or bool(ancestry[i - T + 1, k - T + 1])
+    return allowed
+
+
+@pytest.mark.parametrize("branching", [(2, 2), (3, 1, 2), (1,), (4,)])
+def test_the_tree_mask_is_its_definition_from_any_start_and_callers_may_change_it(branching):
+    tree, T = Tree.from_branching(branching), 7
+    for start in range(T):
+        mask = tree_attention_mask(tree, T, start, T + tree.size, torch.float32)[0, 0]
+        assert torch.equal(mask == 0, mask_from_the_definition(tree, T, start, T + tree.size))
+        assert torch.all((mask == 0) | (mask == torch.finfo(torch.float32).min))
+        mask.fill_(1.0)  # a fresh tensor each time: the block kept per tree is not touched
+    again = tree_attention_mask(tree, T, 3, T + tree.size, torch.float32)[0, 0]
+    assert torch.equal(again == 0, mask_from_the_definition(tree, T, 3, T + tree.size))
+    # power: the definition tells a node's sibling from its ancestor
+    if tree.size > 1 and tree.parents[2] == 0:
+        assert not mask_from_the_definition(tree, T, 0, T + tree.size)[T + 1, T]  # node 2 never sees node 1
+    for start, stop in ((T, T + tree.size), (0, T + tree.size + 1)):
+        with pytest.raises(ValueError, match="all .* nodes"):
+            tree_attention_mask(tree, T, start, stop, torch.float32)
+
+
 @pytest.mark.parametrize("cache", ["dynamic", "static"])
 @pytest.mark.parametrize("shape", [Tree.from_branching((2, 2)), sd.TreeBudget(depth=3, topk=2, n_nodes=5)])
 def test_tree_step_keeps_the_accepted_path_and_nothing_else_in_the_target_cache(cache, shape):

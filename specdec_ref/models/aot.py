@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from transformers import StaticCache
 
@@ -112,9 +113,8 @@ def pass_mask(start: int, q: int, length: int, dtype: torch.dtype, device=None,
     causal, or a tree pass's own mask [1, 1, q, start + q] padded with "never"."""
     if attention_mask is None:
         return causal_mask(start, q, length, dtype, device)
-    never = torch.zeros(*attention_mask.shape[:-1], length - attention_mask.shape[-1], dtype=torch.bool,
-                        device=device)
-    return torch.cat([attention_mask.to(dtype), additive_mask(never, dtype)], dim=-1)
+    never = torch.finfo(dtype).min
+    return F.pad(attention_mask.to(dtype), (0, length - attention_mask.shape[-1]), value=never)
 
 
 def causal_mask(start: int, q: int, length: int, dtype: torch.dtype, device=None) -> torch.Tensor:
