@@ -187,9 +187,10 @@ def tree_attention_mask(tree: Tree, context_len: int, start: int, stop: int, dty
 
     A context token sees the context before it (causal); a node sees the whole context and its ancestors.
     """
-    if not 0 <= start < context_len or stop != context_len + tree.size:
-        raise ValueError(f"a tree pass scores the context from `start` (0 <= start < {context_len}) and then "
-                         f"all {tree.size} nodes (stop = {context_len + tree.size}), got {start}..{stop}")
+    if not 0 <= start <= context_len or stop != context_len + tree.size:
+        raise ValueError(f"a tree pass scores the context from `start` (0 <= start <= {context_len}) and "
+                         f"then all {tree.size} nodes (stop = {context_len + tree.size}), "
+                         f"got {start}..{stop}")
     mask = torch.zeros(stop - start, stop, dtype=dtype, device=device)  # every row sees the cached context
     mask[:, start:] = _tree_block(tree, context_len - start, dtype, torch.device(device or "cpu"))
     return mask[None, None]  # [q, k] -> [1, 1, q, k]

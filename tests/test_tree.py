@@ -101,7 +101,7 @@ def mask_from_the_definition(tree, T, start, stop):  # [q, stop] bool: what tree
 @pytest.mark.parametrize("branching", [(2, 2), (3, 1, 2), (1,), (4,)])
 def test_the_tree_mask_is_its_definition_from_any_start_and_callers_may_change_it(branching):
     tree, T = Tree.from_branching(branching), 7
-    for start in range(T):
+    for start in range(T + 1):  # start = T: the whole context is cached, only the nodes are scored
         mask = tree_attention_mask(tree, T, start, T + tree.size, torch.float32)[0, 0]
         assert torch.equal(mask == 0, mask_from_the_definition(tree, T, start, T + tree.size))
         assert torch.all((mask == 0) | (mask == torch.finfo(torch.float32).min))
@@ -111,7 +111,7 @@ def test_the_tree_mask_is_its_definition_from_any_start_and_callers_may_change_i
     # power: the definition tells a node's sibling from its ancestor
     if tree.size > 1 and tree.parents[2] == 0:
         assert not mask_from_the_definition(tree, T, 0, T + tree.size)[T + 1, T]  # node 2 never sees node 1
-    for start, stop in ((T, T + tree.size), (0, T + tree.size + 1)):
+    for start, stop in ((T + 1, T + tree.size), (0, T + tree.size + 1)):
         with pytest.raises(ValueError, match="all .* nodes"):
             tree_attention_mask(tree, T, start, stop, torch.float32)
 
