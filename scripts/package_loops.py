@@ -26,7 +26,7 @@ torch.set_num_threads(args.threads)
 os.environ.setdefault("SPECDEC_CALIBRATE", "0")  # the methods are given below
 import specdec_ref as sd  # noqa: E402
 from specdec_ref.distill.prompts import HELD_OUT  # noqa: E402
-from specdec_ref.models import aot  # noqa: E402
+from specdec_ref.models import aot, aot_use  # noqa: E402
 
 target, draft, tok = sd.load_offline_pair(draft="feature")
 packages = {}
@@ -35,7 +35,8 @@ for item in args.packages:
     if not path:
         p.error(f"give each package as NAME=PATH, got {item!r}")
     runner = aot.load_package(path)
-    packages[name] = aot.CompiledPass(target, runner, path, aot.pads_single_rows(target, runner, Path(path)))
+    pad = aot_use.first_load(target, runner, Path(path)).pad_single
+    packages[name] = aot.CompiledPass(target, runner, path, pad)
 methods = {"plain": None, "chain γ=1": dict(gamma=1), "tree 2/2/4": dict(tree=sd.TreeBudget(2, 2, 4)),
            "tree 3/3/8": dict(tree=sd.TreeBudget(3, 3, 8))}
 encoded = [sd.encode_chat(tok, q) for q in HELD_OUT[12:12 + args.prompts]]

@@ -1,5 +1,5 @@
 """Plain decoding through the compiled pass in 1-row passes against 2-row passes that score the token before
-again (`aot.pads_single_rows`), side by side on this machine's package; optionally against a package
+again (`aot_use.first_load`), side by side on this machine's package; optionally against a package
 exported for exactly 1 row.
 
     python scripts/padded_pass.py [--threads 2] [--rounds 2] [--one-row-package]
@@ -29,7 +29,7 @@ from specdec_ref.models.loading import encode_chat, load_offline_target, native_
 
 target, tok = load_offline_target("cpu", torch.bfloat16 if native_bf16_cpu() else
                                   torch.float32, prepack=False)
-compiled = aot.attach(target)
+compiled = aot.attach(target, enabled=True)  # whatever the eager model measured
 if compiled is None:
     raise SystemExit("no compiled pass on this machine: run python -m specdec_ref compile")
 print(f"{target.dtype}, {args.threads} threads; this package's recorded choice: pad_single="

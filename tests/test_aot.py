@@ -5,7 +5,7 @@ import torch
 
 import specdec_ref as sd
 from specdec_ref.cache import CachedModel, cached_model
-from specdec_ref.models import aot, aot_head
+from specdec_ref.models import aot, aot_head, aot_use
 from specdec_ref.models.feature_draft import FeatureHead
 from specdec_ref.models.toy import tiny_llama
 
@@ -90,28 +90,51 @@ def test_one_new_token_as_a_padded_pass_gives_the_eager_logits_hidden_states_and
     assert calls[-1] == 1
 
 
-def test_padding_is_chosen_from_measured_costs_once_per_package_and_kept_beside_it(built, tmp_path,
-                                                                                 monkeypatch):
-    assert aot.pad_pays(1.0, 0.8) and aot.pad_pays(1.0, aot.PAD_MARGIN)
-    assert not aot.pad_pays(1.0, 0.97) and not aot.pad_pays(0.8, 1.0)  # within the noise, or dearer
+def test_padding_and_the_package_itself_are_chosen_from_measured_costs_once_and_kept_beside_it(
+        built, tmp_path, monkeypatch):
+    assert aot_use.pad_pays(1.0, 0.8) and aot_use.pad_pays(1.0, aot_use.PAD_MARGIN)
+    assert not aot_use.pad_pays(1.0, 0.97) and not aot_use.pad_pays(0.8, 1.0)  # within the noise, or dearer
+    assert aot_use.beats_eager(0.8, 1.0) and not aot_use.beats_eager(0.99, 1.0)  # within the noise: eager
     model, path = built
     runner = aot.load_package(path)
-    t1, t2 = aot.measure_padding(model, runner, context=30, rounds=3)
-    assert 0 < t1 < 1 and 0 < t2 < 1
+    t1, t2, eager = aot_use.measure_steps(model, runner, context=30, rounds=3)
+    assert 0 < t1 < 1 and 0 < t2 < 1 and 0 < eager < 1
     monkeypatch.delenv("SPECDEC_AOT_PAD", raising=False)
     here = tmp_path / "p.pt2"
     measured = []
-    for i, (costs, want) in enumerate((((1.0, 0.5), True), ((0.5, 1.0), False))):
-        monkeypatch.setattr(aot, "measure_padding", lambda *a, c=costs, **k: measured.append(c) or c)
+    cases = (((1.0, 0.5, 2.0), (True, True)), ((0.5, 1.0, 2.0), (False, True)),
+             ((1.0, 0.9, 0.8), (True, False)))  # the last: the eager model is faster
+    for i, (costs, want) in enumerate(cases):
+        monkeypatch.setattr(aot_use, "measure_steps", lambda *a, c=costs, **k: measured.append(c) or c)
         here.with_suffix(".json").unlink(missing_ok=True)
-        assert aot.pads_single_rows(model, runner, here) is want
-        assert aot.pads_single_rows(model, runner, here) is want  # read back, not measured again
+        assert aot_use.first_load(model, runner, here) == want
+        assert aot_use.first_load(model, runner, here) == want  # read back, not measured again
         assert len(measured) == i + 1
-    here.with_suffix(".json").write_text("{not json")  # a damaged file is measured again
-    assert aot.pads_single_rows(model, runner, here) is False and len(measured) == 3
+    here.with_suffix(".json").write_text('{"pad_single_rows": true}')  # an older record: measured again
+    assert aot_use.first_load(model, runner, here) == (True, False) and len(measured) == 4
     for forced, want in (("1", True), ("0", False)):
         monkeypatch.setenv("SPECDEC_AOT_PAD", forced)
-        assert aot.pads_single_rows(model, runner, here) is want and len(measured) == 3
+        assert aot_use.first_load(model, runner, here).pad_single is want and len(measured) == 4
+
+
+def test_a_package_slower_than_the_eager_model_is_not_attached_unless_forced(built, monkeypatch):
+    model, path = built
+    monkeypatch.setenv("SPECDEC_CACHE", str(path.parent.parent))
+    monkeypatch.delenv("SPECDEC_AOT", raising=False)
+    slower = aot_use.Use(pad_single=False, faster_than_eager=False)
+    monkeypatch.setattr(aot_use, "first_load", lambda *a: slower)
+    try:
+        assert aot.attach(model) is None and "_specdec_compiled" not in model.__dict__
+        assert "AOTInductor" not in sd.kernel_path(model)
+        monkeypatch.setenv("SPECDEC_AOT", "1")  # forced: attached whatever it measured
+        assert aot.attach(model) is not None
+        monkeypatch.delenv("SPECDEC_AOT")
+        assert aot.attach(model, enabled=True) is not None
+        # power: the same call attaches it where it measured faster
+        monkeypatch.setattr(aot_use, "first_load", lambda *a: slower._replace(faster_than_eager=True))
+        assert aot.attach(model) is not None
+    finally:
+        model.__dict__.pop("_specdec_compiled", None)
 
 
 @torch.inference_mode()
@@ -176,7 +199,7 @@ def test_attach_only_with_a_package_for_these_weights_and_never_when_switched_of
     assert not isinstance(cached_model(other, cache="auto"), aot.CompiledCachedModel)
     monkeypatch.setenv("SPECDEC_AOT", "0")
     assert aot.attach(model) is None and "_specdec_compiled" not in model.__dict__
-    monkeypatch.delenv("SPECDEC_AOT")
+    monkeypatch.setenv("SPECDEC_AOT", "1")  # whatever the eager model measured on this machine
     try:
         assert aot.attach(model) is not None  # power: the same call attaches it when allowed
         assert "AOTInductor" in sd.kernel_path(model)

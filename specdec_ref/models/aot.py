@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import json
 import os
 import sys
 import time
@@ -317,62 +316,13 @@ class CompiledPass:
         return CompiledCachedModel(self.model, self.runner, keep_hidden, name, pad_single=self.pad_single)
 
 
-PAD_MARGIN = 0.95  # one new token gets a 2-row pass only if that costs at most this share of a 1-row pass
-
-
-def pad_pays(t1: float, t2: float) -> bool:
-    """Whether scoring one new token in a pass of 2 rows (the token before it again) beats a pass of 1 row,
-    from their measured seconds: by more than the noise of a short measurement (PAD_MARGIN)."""
-    return t2 <= PAD_MARGIN * t1
-
-
-def measure_padding(model, runner, context: int = 64, rounds: int = 12) -> tuple[float, float]:
-    """Median seconds of a 1-row pass and of a 2-row pass after `context` random tokens, alternating."""
-    lm = CompiledCachedModel(model, runner)
-    g, device = torch.Generator().manual_seed(0), next(model.parameters()).device
-    ids = torch.randint(0, model.config.vocab_size, (context + 1,), generator=g).to(device)
-    times: tuple[list[float], list[float]] = ([], [])
-    with torch.inference_mode():
-        lm.logits(ids[:context], keep=1)
-        for r in range(rounds + 2):  # the first two rounds warm up
-            for rows, t in zip((1, 2), times):
-                lm.rollback(context + 1 - rows)
-                start = time.perf_counter()
-                lm.logits(ids, keep=1)
-                if r >= 2:
-                    t.append(time.perf_counter() - start)
-    return tuple(sorted(t)[len(t) // 2] for t in times)
-
-
-def pads_single_rows(model, runner, path: Path) -> bool:
-    """Whether this package's 1-row passes should run as 2-row passes that score the token before again
-    (its keys and values are written again, the same up to rounding): measured once per package, on its
-    first load, and kept beside it (`<package>.json`). SPECDEC_AOT_PAD=0 or 1 decides instead.
-
-    Inductor's kernels can cost more for one row than for two: on a 2-core AMD EPYC Zen 4 (AVX512-BF16) a
-    pass of the offline target cost 16.9 ms for 1 row and 13.4 ms for 2 after 128 tokens (23.2 and 16.6
-    after 400), and a package compiled for exactly 1 row was no faster than the dynamic one (the README).
-    Plain decoding scores one token per pass, so there it runs as 2-row passes."""
-    forced = os.environ.get("SPECDEC_AOT_PAD")
-    if forced in ("0", "1"):
-        return forced == "1"
-    sidecar = path.with_suffix(".json")
-    try:
-        return bool(json.loads(sidecar.read_text())["pad_single_rows"])
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    t1, t2 = measure_padding(model, runner)
-    pad = pad_pays(t1, t2)
-    tmp = sidecar.with_suffix(".partial.json")
-    tmp.write_text(json.dumps({"t1_ms": round(t1 * 1e3, 3), "t2_ms": round(t2 * 1e3, 3),
-                               "pad_single_rows": pad, "margin": PAD_MARGIN}))
-    tmp.replace(sidecar)
-    return pad
-
-
 def attach(model, *, enabled: bool | None = None) -> CompiledPass | None:
-    """Load this model's package, if this machine has built one, and attach it (`model._specdec_compiled`);
-    return it, or None (no package, SPECDEC_AOT=0, or a model it cannot serve)."""
+    """Load this model's package, if this machine has built one, and attach it (`model._specdec_compiled`)
+    where it decodes faster than the eager model (`aot_use.first_load`); return it, or None (no package,
+    SPECDEC_AOT=0, a model it cannot serve, or slower than eager here). enabled=True, or SPECDEC_AOT=1,
+    attaches it whatever it measured."""
+    from .aot_use import first_load
+    forced = enabled is True or (enabled is None and os.environ.get("SPECDEC_AOT") == "1")
     enabled = switched_on() if enabled is None else enabled
     model.__dict__.pop("_specdec_compiled", None)
     if not enabled or supported(model, for_build=False) is not None:
@@ -381,7 +331,10 @@ def attach(model, *, enabled: bool | None = None) -> CompiledPass | None:
     if not path.exists():
         return None
     runner = load_package(path)
-    compiled = CompiledPass(model, runner, path, pads_single_rows(model, runner, path))
+    use = first_load(model, runner, path)
+    if not (forced or use.faster_than_eager):
+        return None
+    compiled = CompiledPass(model, runner, path, use.pad_single)
     model.__dict__["_specdec_compiled"] = compiled
     return compiled
 
