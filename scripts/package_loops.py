@@ -35,7 +35,8 @@ for item in args.packages:
     if not path:
         p.error(f"give each package as NAME=PATH, got {item!r}")
     runner = aot.load_package(path)
-    pad = aot_use.first_load(target, runner, Path(path)).pad_single
+    fresh = (lambda r: lambda: aot.CompiledCachedModel(target, r))(runner)  # a CachedModel of this package
+    pad = aot_use.first_load(target, fresh, Path(path)).pad_single
     packages[name] = aot.CompiledPass(target, runner, path, pad)
 methods = {"plain": None, "chain γ=1": dict(gamma=1), "tree 2/2/4": dict(tree=sd.TreeBudget(2, 2, 4)),
            "tree 3/3/8": dict(tree=sd.TreeBudget(3, 3, 8))}

@@ -97,7 +97,8 @@ def test_padding_and_the_package_itself_are_chosen_from_measured_costs_once_and_
     assert aot_use.beats_eager(0.8, 1.0) and not aot_use.beats_eager(0.99, 1.0)  # within the noise: eager
     model, path = built
     runner = aot.load_package(path)
-    t1, t2, eager = aot_use.measure_steps(model, runner, context=30, rounds=3)
+    compiled = aot.CompiledCachedModel(model, runner)
+    t1, t2, eager = aot_use.measure_steps(model, compiled, context=30, rounds=3)
     assert 0 < t1 < 1 and 0 < t2 < 1 and 0 < eager < 1
     monkeypatch.delenv("SPECDEC_AOT_PAD", raising=False)
     here = tmp_path / "p.pt2"
@@ -107,14 +108,14 @@ def test_padding_and_the_package_itself_are_chosen_from_measured_costs_once_and_
     for i, (costs, want) in enumerate(cases):
         monkeypatch.setattr(aot_use, "measure_steps", lambda *a, c=costs, **k: measured.append(c) or c)
         here.with_suffix(".json").unlink(missing_ok=True)
-        assert aot_use.first_load(model, runner, here) == want
-        assert aot_use.first_load(model, runner, here) == want  # read back, not measured again
+        assert aot_use.first_load(model, lambda: None, here) == want
+        assert aot_use.first_load(model, lambda: None, here) == want  # read back, not measured again
         assert len(measured) == i + 1
     here.with_suffix(".json").write_text('{"pad_single_rows": true}')  # an older record: measured again
-    assert aot_use.first_load(model, runner, here) == (True, False) and len(measured) == 4
+    assert aot_use.first_load(model, lambda: None, here) == (True, False) and len(measured) == 4
     for forced, want in (("1", True), ("0", False)):
         monkeypatch.setenv("SPECDEC_AOT_PAD", forced)
-        assert aot_use.first_load(model, runner, here).pad_single is want and len(measured) == 4
+        assert aot_use.first_load(model, lambda: None, here).pad_single is want and len(measured) == 4
 
 
 def test_a_package_slower_than_the_eager_model_is_not_attached_unless_forced(built, monkeypatch):

@@ -39,6 +39,7 @@ from transformers import StaticCache
 
 from ..cache import CachedModel, additive_mask, cache_kwargs
 from ..device import chip_name, package_version
+from . import aot_use
 
 BLOCK = 256  # KV buffers hold a multiple of this many positions
 MAX_QUERY = 64  # rows one compiled pass takes; a longer prefill runs in pieces
@@ -321,7 +322,6 @@ def attach(model, *, enabled: bool | None = None) -> CompiledPass | None:
     where it decodes faster than the eager model (`aot_use.first_load`); return it, or None (no package,
     SPECDEC_AOT=0, a model it cannot serve, or slower than eager here). enabled=True, or SPECDEC_AOT=1,
     attaches it whatever it measured."""
-    from .aot_use import first_load
     forced = enabled is True or (enabled is None and os.environ.get("SPECDEC_AOT") == "1")
     enabled = switched_on() if enabled is None else enabled
     model.__dict__.pop("_specdec_compiled", None)
@@ -331,7 +331,7 @@ def attach(model, *, enabled: bool | None = None) -> CompiledPass | None:
     if not path.exists():
         return None
     runner = load_package(path)
-    use = first_load(model, runner, path)
+    use = aot_use.first_load(model, lambda: CompiledCachedModel(model, runner), path)
     if not (forced or use.faster_than_eager):
         return None
     compiled = CompiledPass(model, runner, path, use.pad_single)

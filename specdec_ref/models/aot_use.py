@@ -22,12 +22,11 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 
 from ..cache import CachedModel
-from .aot import CompiledCachedModel
 
 PAD_MARGIN = 0.95  # one new token gets a 2-row pass only if that costs at most this share of a 1-row pass
 EAGER_MARGIN = 0.97  # the package is used only if its step costs at most this share of the eager model's
@@ -50,10 +49,12 @@ def beats_eager(compiled: float, eager: float) -> bool:
     return compiled <= EAGER_MARGIN * eager
 
 
-def measure_steps(model, runner, context: int = 64, rounds: int = 12) -> tuple[float, float, float]:
-    """Median seconds of one new token after `context` random tokens: through the package as a 1-row and as a
-    2-row pass, and through the eager model (a dynamic cache), in turn, round after round."""
-    compiled, eager = CompiledCachedModel(model, runner), CachedModel(model)
+def measure_steps(model, compiled: CachedModel, context: int = 64,
+                  rounds: int = 12) -> tuple[float, float, float]:
+    """Median seconds of one new token after `context` random tokens: through the package (`compiled`, an
+    `aot.CompiledCachedModel` of it, unpadded) as a 1-row and as a 2-row pass, and through the eager model (a
+    dynamic cache), in turn, round after round."""
+    eager = CachedModel(model)
     g, device = torch.Generator().manual_seed(0), next(model.parameters()).device
     ids = torch.randint(0, model.config.vocab_size, (context + 1,), generator=g).to(device)
     passes = ((compiled, 1), (compiled, 2), (eager, 1))  # (model, rows)
@@ -71,15 +72,16 @@ def measure_steps(model, runner, context: int = 64, rounds: int = 12) -> tuple[f
     return tuple(sorted(t)[len(t) // 2] for t in times)
 
 
-def first_load(model, runner, path: Path) -> Use:
-    """How this package is used here: measured once (`measure_steps`), on its first load, and kept beside it
-    (`<package>.json`); a record without both answers is measured again."""
+def first_load(model, compiled: Callable[[], CachedModel], path: Path) -> Use:
+    """How the package at `path` is used here: measured once (`measure_steps` on `compiled()`, a fresh
+    `aot.CompiledCachedModel` of it), on its first load, and kept beside it (`<package>.json`); a record
+    without both answers is measured again."""
     sidecar = path.with_suffix(".json")
     try:
         saved = json.loads(sidecar.read_text())
         use = Use(bool(saved["pad_single_rows"]), bool(saved["faster_than_eager"]))
     except (OSError, ValueError, KeyError, TypeError):
-        t1, t2, eager = measure_steps(model, runner)
+        t1, t2, eager = measure_steps(model, compiled())
         use = Use(pad_pays(t1, t2), beats_eager(min(t1, t2), eager))
         tmp = sidecar.with_suffix(".partial.json")
         tmp.write_text(json.dumps({"t1_ms": round(t1 * 1e3, 3), "t2_ms": round(t2 * 1e3, 3),
