@@ -36,6 +36,7 @@ import specdec_ref.tree as trees  # noqa: E402
 from specdec_ref.distill.prompts import HELD_OUT  # noqa: E402
 from specdec_ref.lab.timing import InsideClock  # noqa: E402
 from specdec_ref.models import aot, aot_head  # noqa: E402
+from specdec_ref.models.method import parse_method  # noqa: E402
 
 target, draft, tok = sd.load_offline_pair(draft="feature")
 compiled = target.__dict__.get("_specdec_compiled")
@@ -79,7 +80,7 @@ for owner, name, label in PHASES:
     setattr(owner, name, phase(label, getattr(owner, name)))
 sampling = sd.SamplingConfig(args.temperature)
 if args.tree:
-    method = dict(tree=sd.TreeBudget(*(int(n) for n in args.tree.split("/"))))
+    method = dict(tree=parse_method(f"tree {args.tree}"))
     label = f"tree {args.tree}"
 else:
     method, label = dict(gamma=args.gamma), f"chain γ = {args.gamma}"

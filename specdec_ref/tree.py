@@ -26,10 +26,9 @@ Two shapes, one per way of choosing the children, and one walk (`verify_tree`) f
 """
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Callable
 
 import torch
@@ -196,7 +195,7 @@ def tree_attention_mask(tree: Tree, context_len: int, start: int, stop: int, dty
     return mask[None, None]  # [q, k] -> [1, 1, q, k]
 
 
-@functools.lru_cache(maxsize=64)
+@lru_cache(maxsize=64)
 def _tree_block(tree: Tree, n_ctx: int, dtype: torch.dtype,
                 device: torch.device) -> torch.Tensor:  # -> [n_ctx + n_nodes, n_ctx + n_nodes]
     """The mask among the rows of a tree pass: n_ctx context rows (the root last) see each other causally;

@@ -10,10 +10,11 @@ package as a 1-row pass, as a 2-row pass, and through the eager model, round by 
   (its keys and values are written again, the same up to rounding). SPECDEC_AOT_PAD=0 or 1 decides instead.
 * **Is the package faster than the eager model at all?** On that Zen 4 it decoded 2.3 times as fast as the
   eager model with oneDNN's prepacked weights. On a 2-core AMD EPYC of family 26 (Zen 5, whose AVX-512 units
-  are twice as wide) the eager model was the faster by about a tenth, 66.8 against 60.1 tokens/s, and scored
-  up to 8 rows for little more than one, where the package's cost rose by a third: there every method, plain
-  and speculative, ran faster without it (the README). So the package is used only where it scores one new
-  token for less than EAGER_MARGIN of the eager model's step; SPECDEC_AOT=1 uses it regardless.
+  are twice as wide) the eager model was the faster, 68.0 against 55.4 tokens/s
+  (`scripts/eager_or_compiled.py`), and scored up to 8 rows for little more than one, where the package's cost
+  rose by a third: there every method, plain and speculative, ran faster without it (the README). So the
+  package is used only where it scores one new token for less than EAGER_MARGIN of the eager model's step;
+  SPECDEC_AOT=1 uses it regardless.
 """
 from __future__ import annotations
 
