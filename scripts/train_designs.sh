@@ -10,7 +10,7 @@
 #   a3  training-time test, three passes (EAGLE-3, HASS)            --ttt-steps 3
 #   e   a1 for longer: STEPS more steps from the shipped head (a1's export after 600 steps)  --ttt-steps 1
 #   b   two decoder layers, grown from the shipped one               --n-layers 2 --ttt-steps 1
-#   d   a feed-forward block twice as wide, from scratch             --ffn-size 3072 --ttt-steps 1
+#   d   a feed-forward block twice as wide, grown from the shipped one --ffn-size 3072 --ttt-steps 1
 # (b and d use a1's loss, so each differs from a1 in one thing.)
 # (A head that fuses target layers reads features 3-4 times as wide: for 3.8M tokens that is 13-17 GB in
 # float16, more than a 24 GB machine can train from in memory; it needs its own, smaller run.)
@@ -50,7 +50,7 @@ design() {  # design name -> its flags
     a3) echo "--ttt-steps 3 --init specdec_ref/models/weights/feature_draft" ;;
     e) echo "--ttt-steps 1 --init specdec_ref/models/weights/feature_draft" ;;
     b) echo "--n-layers 2 --ttt-steps 1 --init specdec_ref/models/weights/feature_draft" ;;
-    d) echo "--ffn-size 3072 --ttt-steps 1" ;;
+    d) echo "--ffn-size 3072 --ttt-steps 1 --init specdec_ref/models/weights/feature_draft" ;;
     *) echo "unknown design $1 (a1, a3, e, b, d)" >&2; return 1 ;;
   esac
 }

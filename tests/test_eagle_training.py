@@ -125,7 +125,7 @@ def test_grown_head_starts_as_the_shallow_head_and_can_learn():
     for layer in deeper.body.layers[1:]:
         layer.mlp.down_proj.weight.normal_(0, 0.1, generator=g)
     assert not torch.allclose(deeper(hid, ids), head(hid, ids), atol=1e-3)
-    with pytest.raises(ValueError, match="grow makes a head deeper"):
+    with pytest.raises(ValueError, match="grow makes a head deeper or wider"):
         feature_draft.grow(deeper, target, 1)
 
 
@@ -193,5 +193,28 @@ def test_wider_head_drafts_exactly_survives_save_and_load_and_refuses_a_bad_widt
     assert torch.equal(got.tokens, want)
     with pytest.raises(ValueError, match="ffn_size is the MLP's width"):
         feature_draft.FeatureHead(target, 1, ffn_size=0)
-    with pytest.raises(ValueError, match="a wider head trains from scratch"):
-        eagle.train(eagle.EagleConfig(init=str(tmp_path), ffn_size=3 * narrow), target, [])
+    with pytest.raises(ValueError, match="a narrower head trains from scratch"):
+        eagle.train(eagle.EagleConfig(init=str(tmp_path), ffn_size=narrow), target, [])
+
+
+@torch.no_grad()
+def test_widened_head_starts_as_the_narrow_head_and_its_new_units_can_learn():
+    """grow(..., ffn_size=wider) keeps the old MLP units and adds units that output nothing until trained."""
+    target, head = _toy_pair()
+    narrow = head.ffn_size
+    g = torch.Generator().manual_seed(7)
+    hid, ids = torch.randn(1, 7, 32, generator=g), torch.randint(0, 40, (1, 7), generator=g)
+    wide = feature_draft.grow(head, target, 2, ffn_size=3 * narrow).eval()
+    assert wide.ffn_size == 3 * narrow and wide.body.config.num_hidden_layers == 2
+    torch.testing.assert_close(wide(hid, ids), head(hid, ids))
+    mlp = wide.body.layers[0].mlp
+    assert mlp.up_proj.weight[narrow:].abs().sum() > 0  # the new units' inputs are random, not zero
+    with torch.enable_grad():  # so their output columns get a gradient
+        wide.zero_grad()
+        wide.train()(hid, ids).square().sum().backward()
+    assert mlp.down_proj.weight.grad[:, narrow:].abs().sum() > 0
+    # power: new output columns that are not zero change what the head computes
+    mlp.down_proj.weight[:, narrow:].normal_(0, 0.1, generator=g)
+    assert not torch.allclose(wide.eval()(hid, ids), head(hid, ids), atol=1e-3)
+    with pytest.raises(ValueError, match="grow makes a head deeper or wider"):
+        feature_draft.grow(wide, target, 2, ffn_size=narrow)

@@ -364,14 +364,14 @@ def train(cfg: EagleConfig, target, feature_paths: list[Path]):
                          "made for another head; use a new --out")
     if cfg.init:  # fine-tune an exported head (e.g. the shipped one) instead of starting from scratch
         head = feature_draft.load(target, cfg.init)
-        if cfg.ffn_size and cfg.ffn_size != head.ffn_size:
-            raise ValueError(f"--init {cfg.init} has an MLP {head.ffn_size} wide, not --ffn-size "
-                             f"{cfg.ffn_size}: a wider head trains from scratch (drop --init)")
+        if cfg.ffn_size and cfg.ffn_size < head.ffn_size:
+            raise ValueError(f"--init {cfg.init} has an MLP {head.ffn_size} wide, wider than --ffn-size "
+                             f"{cfg.ffn_size}: a narrower head trains from scratch (drop --init)")
         if head.body.config.num_hidden_layers > cfg.n_layers:
             raise ValueError(f"--init {cfg.init} has {head.body.config.num_hidden_layers} layers, "
                              f"more than --n-layers {cfg.n_layers}")
         # starts as the old head
-        head = feature_draft.grow(head, target, cfg.n_layers, fuse_layers(cfg)).train()
+        head = feature_draft.grow(head, target, cfg.n_layers, fuse_layers(cfg), cfg.ffn_size or None).train()
     else:
         head = feature_draft.FeatureHead(target, cfg.n_layers, head_vocab(), fuse_layers(cfg),
                                          cfg.ffn_size or None).train()

@@ -123,32 +123,47 @@ class FeatureHead(nn.Module):
         return self.head.weight.shape[0]
 
 
-def grow(head: FeatureHead, target, n_layers: int, fuse_layers: tuple[int, ...] = ()) -> FeatureHead:
-    """A deeper head, or one that reads fused target layers, that starts out computing exactly what `head`
-    computes.
+def grow(head: FeatureHead, target, n_layers: int, fuse_layers: tuple[int, ...] = (),
+         ffn_size: int | None = None) -> FeatureHead:
+    """A deeper head, one with a wider MLP, or one that reads fused target layers, that starts out computing
+    exactly what `head` computes.
 
     Its first layers are `head`'s; each new layer's two output projections (attention's o_proj, the MLP's
     down_proj) start at zero, so the layer adds nothing to the residual stream until training moves them.
+    A wider MLP keeps the old units and adds new ones whose input rows (gate, up) start random and whose
+    output columns (down) start at zero: they add nothing yet, but their gradients are not zero.
     A new `fuse` starts as "take the final features alone" (`FeatureHead`). Fine-tuning from here keeps what
     the smaller head learnt instead of starting over.
     """
-    n_old = head.body.config.num_hidden_layers
-    if n_layers < n_old:
-        raise ValueError(f"grow makes a head deeper: asked for {n_layers} layers, the head has {n_old}")
+    n_old, ffn_old = head.body.config.num_hidden_layers, head.ffn_size
+    ffn_size = ffn_old if ffn_size is None else int(ffn_size)
+    if n_layers < n_old or ffn_size < ffn_old:
+        raise ValueError(f"grow makes a head deeper or wider: asked for {n_layers} layers with an MLP "
+                         f"{ffn_size} wide, the head has {n_old} layers {ffn_old} wide")
     fuse_layers = tuple(fuse_layers) or head.fuse_layers  # a fused head stays fused
     if head.fuse_layers and fuse_layers != head.fuse_layers:
         raise ValueError(f"the head already fuses layers {head.fuse_layers}; "
                          f"cannot change them to {tuple(fuse_layers)}")
-    deeper = FeatureHead(target, n_layers, head.head.keep_ids, fuse_layers, head.ffn_size)
-    missing, unexpected = deeper.load_state_dict(head.state_dict(), strict=False)
+    bigger = FeatureHead(target, n_layers, head.head.keep_ids, fuse_layers, ffn_size)
+    state = head.state_dict()
+    mlp = {k for k in state if k.startswith("body.layers.") and ".mlp." in k}
+    missing, unexpected = bigger.load_state_dict({k: v for k, v in state.items() if k not in mlp},
+                                                 strict=False)
     new = tuple(f"body.layers.{i}." for i in range(n_old, n_layers)) + ("fuse.",)
-    if unexpected or any(not k.startswith(new) for k in missing):
+    if unexpected or any(not k.startswith(new) and k not in mlp for k in missing):
         raise ValueError(f"cannot grow this head: missing {missing}, unexpected {unexpected}")
     with torch.no_grad():
-        for layer in deeper.body.layers[n_old:]:
-            layer.self_attn.o_proj.weight.zero_()
-            layer.mlp.down_proj.weight.zero_()
-    return deeper.train(head.training)
+        for i, layer in enumerate(bigger.body.layers):
+            if i >= n_old:
+                layer.self_attn.o_proj.weight.zero_()
+                layer.mlp.down_proj.weight.zero_()
+                continue
+            for name in ("gate_proj", "up_proj"):  # [ffn, d]: the old units first
+                getattr(layer.mlp, name).weight[:ffn_old] = state[f"body.layers.{i}.mlp.{name}.weight"]
+            down = layer.mlp.down_proj.weight  # [d, ffn]
+            down.zero_()
+            down[:, :ffn_old] = state[f"body.layers.{i}.mlp.down_proj.weight"]
+    return bigger.train(head.training)
 
 
 def trained_state(head: FeatureHead) -> dict[str, torch.Tensor]:
