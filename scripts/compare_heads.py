@@ -6,7 +6,8 @@ speedup.
 HEAD_DIR is an exported head (`python -m specdec_ref.distill.eagle --export DIR`); "shipped" names the one in
 the package. Every head is judged on the same held-out prompts (`distill.prompts.HELD_OUT`), none of which
 any training run sees:
-1. coverage@{1,2,4,8} at depths 1-4 along the target's greedy answers to HELD_OUT[:10] (`lab.coverage`);
+1. coverage@{1,2,4,8} at depths 1-4 along the target's greedy answers to HELD_OUT[:10] (`lab.coverage`), and
+   to HELD_OUT[12:22] (EVALUATION, the prompts `diagnose` and the benchmarks use);
 2. τ (tokens per target pass) of chains γ = 2, 3, 4 and dynamic trees, greedy and at T = 1, on
    HELD_OUT[12:16];
 3. the predicted speedup (`models.method.predicted_speedup`, the cost model of the default choice), from this
@@ -33,7 +34,8 @@ from specdec_ref.lab.diagnose import measure_speedups, method_taus  # noqa: E402
 from specdec_ref.models import feature_draft  # noqa: E402
 from specdec_ref.models.method import Costs, calibrate, parse_method, predicted_speedup  # noqa: E402
 
-METHODS = {"chain γ=2": dict(gamma=2), "chain γ=3": dict(gamma=3), "chain γ=4": dict(gamma=4),
+METHODS = {"chain γ=1": dict(gamma=1), "chain γ=2": dict(gamma=2), "chain γ=3": dict(gamma=3),
+           "chain γ=4": dict(gamma=4), "tree 2/2/4": dict(tree=sd.TreeBudget(2, 2, 4)),
            "tree 3/3/8": dict(tree=sd.TreeBudget(3, 3, 8)), "tree 4/4/12": dict(tree=sd.TreeBudget(4, 4, 12))}
 
 
@@ -53,7 +55,8 @@ def main() -> None:
     print(f"target: {target.dtype}, kernel path {sd.kernel_path(target)}, {args.threads} threads")
     heads = {h: feature_draft.load(target, None if h == "shipped" else h) for h in args.heads}
     eos = tok.eos_token_id
-    cov_seqs = target_answers(target, [sd.encode_chat(tok, q) for q in HELD_OUT[:10]], 80, eos)
+    cov_sets = {name: target_answers(target, [sd.encode_chat(tok, q) for q in prompts], 80, eos)
+                for name, prompts in (("HELD_OUT[:10]", HELD_OUT[:10]), ("HELD_OUT[12:22]", HELD_OUT[12:22]))}
     encoded = [sd.encode_chat(tok, q) for q in HELD_OUT[12:16]]
     if args.costs:
         saved = json.loads(Path(args.costs).read_text())["costs"]
@@ -64,9 +67,13 @@ def main() -> None:
           + ", ".join(f"{k}: {x:.2f}" for k, x in costs.verify.items()))
     result = {"costs": vars(costs), "heads": {}}
     for name, head in heads.items():
-        cov = coverage_by_depth(target, head, cov_seqs, depth=4, ks=(1, 2, 4, 8))
-        print(f"\n== {name}: coverage@k per depth ({cov.positions} positions)\n{cov.table()}")
-        entry = {"coverage": {"by_depth": cov.by_depth, "path": cov.path, "positions": cov.positions}}
+        entry = {}
+        for prompts, seqs in cov_sets.items():
+            cov = coverage_by_depth(target, head, seqs, depth=4, ks=(1, 2, 4, 8))
+            print(f"\n== {name}: coverage@k per depth on {prompts} ({cov.positions} positions)")
+            print(cov.table())
+            key = "coverage" if prompts == "HELD_OUT[:10]" else f"coverage {prompts}"
+            entry[key] = {"by_depth": cov.by_depth, "path": cov.path, "positions": cov.positions}
         for label, sampling in (("greedy", sd.SamplingConfig(0)), ("T=1", sd.SamplingConfig(1.0))):
             taus = method_taus(target, sd.FeatureDrafter(head), encoded, METHODS, args.tokens, sampling,
                                eos_token_id=eos)
