@@ -8,7 +8,7 @@ the package. Every head is judged on the same held-out prompts (`distill.prompts
 any training run sees:
 1. coverage@{1,2,4,8} at depths 1-4 along the target's greedy answers to HELD_OUT[:10] (`lab.coverage`), and
    to HELD_OUT[12:22] (EVALUATION, the prompts `diagnose` and the benchmarks use);
-2. τ (tokens per target pass) of chains γ = 2, 3, 4 and dynamic trees, greedy and at T = 1, on
+2. τ (tokens per target pass) of chains γ = 1-4 and trees 2/2/4, 3/3/8, 4/4/12, greedy and at T = 1, on
    HELD_OUT[12:16];
 3. the predicted speedup (`models.method.predicted_speedup`, the cost model of the default choice), from this
    machine's costs calibrated once (or, with --costs, those of an earlier run, so that heads compared in two
