@@ -1,10 +1,10 @@
 """Record the shipped feature head's quality beside its weights: the input of the default-method choice.
 
-    python scripts/record_head_quality.py [--prompts 8] [--tokens 64]
+    python scripts/record_head_quality.py [--prompts 12] [--tokens 64]
         [--out specdec_ref/models/weights/feature_draft]
 
 Writes quality.json: τ (new tokens per target pass) of every candidate method (`models.method.CANDIDATES`:
-chains γ = 1..6 and four dynamic trees), greedy and at T = 1, on `distill.prompts.TUNING` (never on
+chains γ = 1..6 and the dynamic trees), greedy and at T = 1, on `distill.prompts.TUNING` (never on
 EVALUATION, where speedups are reported); α per draft position of a γ = 4 chain; and coverage@k per depth
 along the target's greedy answers (`lab.coverage`). None of it depends on the machine's speed, only on the
 head and the target: rerun it after retraining the head. `load_offline_pair` then picks each default from
@@ -30,7 +30,7 @@ from specdec_ref.models import feature_draft  # noqa: E402
 from specdec_ref.models.method import CANDIDATES, method_name  # noqa: E402
 
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-p.add_argument("--prompts", type=int, default=8)
+p.add_argument("--prompts", type=int, default=12)
 p.add_argument("--tokens", type=int, default=64)
 p.add_argument("--threads", type=int, default=1)
 p.add_argument("--out", default=str(feature_draft.WEIGHTS_DIR))

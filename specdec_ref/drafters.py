@@ -75,8 +75,9 @@ class TreeDrafter(Drafter, Protocol):
                      ) -> tuple[Tree, torch.Tensor, torch.Tensor | None]:
         """A tree of guesses after context_ids (node 0 is context_ids[-1]), at most max_depth deep.
 
-        Returns the tree, its node tokens and the rows its children were drawn from, or None when they were
-        chosen deterministically (top-k, or a lookup): `tree.verify_tree` then judges them as point masses.
+        Returns the tree, its node tokens and the rows its children were drawn from (for a static `Tree`,
+        i.i.d.; for a `TreeBudget`, without replacement, in the order drawn), or None when they were chosen
+        deterministically (top-k, or a lookup): `tree.verify_tree` then judges them as point masses.
         """
         ...
 
@@ -402,7 +403,7 @@ class FeatureDrafter:
             return scores(f)  # [k, V], or ([k, K], [K])
 
         tree, tokens, draft_probs = draft_tree(shape, int(context_ids[-1]), scores(feature[0]), expand,
-                                               sampling, generator, max_depth)
+                                               sampling, generator, max_depth, self.vocab_size)
         if fed:
             self.cache.crop(-len(fed))  # only pairs built from real target features stay cached
         return tree, context_ids.new_tensor(tokens), draft_probs

@@ -55,8 +55,9 @@ class Step:
     """
     context_len: int  # tokens in the sequence before this iteration
     draft_tokens: torch.Tensor  # [γ] proposed tokens (a tree: [n_nodes], the drafted nodes breadth first)
-    # [γ, V] distributions they were sampled from (a tree: [n_nodes+1, V], or None when its children were
-    # chosen deterministically: top-k or a lookup, judged as point masses)
+    # [γ, V] distributions they were sampled from (a tree: [n_nodes+1, V], a static tree's children drawn
+    # i.i.d. from its rows, a dynamic tree's without replacement; or None when its children were chosen
+    # deterministically: top-k or a lookup, judged as point masses)
     draft_probs: torch.Tensor | None
     # [γ+1, V] the target's distributions at the same positions (a tree: [n_nodes+1, V]); given as a function
     # that builds them (greedy: `one_hot_rows`), they are built on first read
@@ -248,7 +249,9 @@ def tree_step(target_lm: CachedModel, drafter: TreeDrafter, tokens: torch.Tensor
         target_probs = logits_to_probs(target_logits, sampling)  # [n_nodes+1, V]
         if draft_probs is not None:
             draft_probs = draft_probs.to(target_probs.dtype)
-        path, next_token = verify_tree(tree, node_tokens, target_probs, draft_probs, generator)
+        # a dynamic tree's sampled children were drawn without replacement, a static tree's i.i.d.
+        path, next_token = verify_tree(tree, node_tokens, target_probs, draft_probs, generator,
+                                       replacement=not isinstance(shape, TreeBudget))
     # 4. keep the path's keys and values (node i sits at flattened row T - 1 + i), drop the other nodes
     cache_before = target_lm.n_cached, drafter.n_cached
     target_lm.keep_rows(T, [T - 1 + i for i in path])

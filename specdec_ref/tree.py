@@ -20,9 +20,13 @@ Two shapes, one per way of choosing the children, and one walk (`verify_tree`) f
   draft_probs[node], judged by SpecInfer's multi-step speculative sampling (Miao et al. 2024, Algorithm 2).
   SpecTr's k-sequential selection (Sun et al. 2023) is a different rule (an optimal-transport coupling with
   its own acceptance probabilities and residual) and is not implemented here.
-* A `TreeBudget` (EAGLE-2's dynamic tree, `grow_tree`): the children are the draft's top-k tokens, chosen
-  deterministically, so they are not i.i.d. draws. The same walk with q = one_hot(child) for every child
-  (a point-mass proposal) is exact for them: recursive rejection sampling.
+* A `TreeBudget` (EAGLE-2's dynamic tree, `grow_tree`). Greedy, the children are the draft's top-k tokens,
+  chosen deterministically, so they are not i.i.d. draws. The same walk with q = one_hot(child) for every
+  child (a point-mass proposal) is exact for them: recursive rejection sampling. At T > 0 the children are a
+  sample *without replacement* from the draft's q instead, judged by the same walk with q renormalised over
+  the tokens not tried yet after every rejection (recursive rejection sampling without replacement, Jeon et
+  al. 2024): a point mass keeps only the target's mass on the draft's top tokens, which is small wherever the
+  target spreads its mass, while a draw from q keeps sum(min(p, q)).
 """
 from __future__ import annotations
 
@@ -245,21 +249,22 @@ def tree_node_positions(g: GrowingTree, nodes: list[int], n_prefix: int,
 # [V] -> (Tree, tokens [n_nodes+1], [n_nodes+1, V])
 def draft_tree(shape: Tree | TreeBudget, root_token: int, root_logits: DraftLogits, expand: Expand,
                sampling: SamplingConfig, generator: torch.Generator | None, max_depth: int | None = None,
-               ) -> tuple[Tree, list[int], torch.Tensor | None]:
+               vocab_size: int | None = None) -> tuple[Tree, list[int], torch.Tensor | None]:
     """A tree of guesses after the root, at most max_depth deep: grown (`TreeBudget`) or filled (a static
     `Tree`).
 
     Returns the tree, every node's token (node 0 is root_token), and the rows the children were drawn from:
-    draft_probs for sampled children, or None when the children are chosen deterministically (the draft's
-    top-k: a dynamic tree, or a static one drafted greedily), which `verify_tree` judges as point masses.
-    Growth may be given reduced logits (`DraftLogits`); a static tree needs full [n, V] rows.
+    draft_probs for sampled children (i.i.d. for a static tree, without replacement for a dynamic one), or
+    None when the children are chosen deterministically (the draft's top-k: greedy), which `verify_tree`
+    judges as point masses. Growth may be given reduced logits (`DraftLogits`; vocab_size then says how long
+    a row of draft_probs is); a static tree needs full [n, V] rows.
     """
     depth = tree_depth(shape, max_depth)
     if depth == 0:
         return Tree((-1,)), [root_token], None
     if isinstance(shape, TreeBudget):
-        tree, tokens = grow_tree(root_token, root_logits, expand, replace(shape, depth=depth))
-        return tree, tokens, None
+        return grow_tree(root_token, root_logits, expand, replace(shape, depth=depth), sampling, generator,
+                         vocab_size)
     return fill_tree(shape.pruned(depth), root_token, root_logits, expand, sampling, generator)
 
 
@@ -308,31 +313,51 @@ def fill_tree(tree: Tree, root_token: int, root_logits: torch.Tensor, expand: Ex
     return tree, g.tokens, draft_probs
 
 
-def grow_tree(root_token: int, root_logits: DraftLogits, expand: Expand,
-              budget: TreeBudget) -> tuple[Tree, list[int]]:  # [V] -> (Tree, node tokens [n_nodes+1])
+def grow_tree(root_token: int, root_logits: DraftLogits, expand: Expand, budget: TreeBudget,
+              sampling: SamplingConfig | None = None, generator: torch.Generator | None = None,
+              vocab_size: int | None = None,
+              ) -> tuple[Tree, list[int], torch.Tensor | None]:  # [V] -> (Tree, [n_nodes+1], q or None)
     """EAGLE-2 (Li et al. 2024): expand the most promising nodes depth by depth, then keep the best |𝒯|
     overall.
 
-    A node's score is its path's cumulative draft log-probability (softmax of the raw logits, whatever the
-    sampling: it ranks guesses, it is never used to accept them). Depth 1 is the root's w best tokens (w =
+    A node's score is its path's cumulative draft log-probability. Depth 1 is the root's w best tokens (w =
     budget.topk, the tree's width). At each further depth the w best nodes of the last depth are expanded
     (`expand(tree, nodes)` -> their logits [w, V], one draft pass) into w children each, and the w best of
     those w^2 form the next depth. Finally the |𝒯| = budget.n_nodes best nodes of all depths are kept; a child
-    never scores above its parent, so they form a tree.
+    never scores above its parent, so they form a tree. Greedy (or without `sampling`), a node's w children
+    are the draft's top w tokens, scored by the softmax of the raw logits, and the tree comes back with None.
+
+    At T > 0 the w children are drawn instead: a sample without replacement from q, the draft's distribution
+    at the node (`logits_to_probs`, as for the target), in the order drawn (the Gumbel-top-k trick: the w
+    largest q(x) / E_x, E_x ~ Exp(1)), each scored by its path's log q but never above an earlier sibling.
+    So whatever is kept of a node's children is the first ones drawn, itself a sample without replacement,
+    which `verify_tree(..., replacement=False)` judges exactly. The tree then comes back with q's rows
+    [n_nodes+1, V] (zero for the nodes without children).
     """
     g = GrowingTree([-1], [root_token], [0], [0.0])
     w = budget.topk
+    sampled = sampling is not None and not sampling.greedy
+    rows: dict[int, tuple] = {}  # node -> the row its children were drawn from: (q [V], None) or (q [K], ids)
 
     def add_children(nodes: list[int], out: DraftLogits) -> list[int]:  # [len(nodes), V] -> new node ids
         logits, ids = out if isinstance(out, tuple) else (out, None)
         logits = logits.detach()
-        top = logits.topk(w, dim=-1)  # [n, w]
-        # [n, w] log-softmax of the top w only, and their token ids: one copy each from the device per depth
-        logp = (top.values.float() - logits.float().logsumexp(-1, keepdim=True)).tolist()
-        tokens = (top.indices if ids is None else ids[top.indices]).tolist()
-        # path scores of the n * w candidates, best first (ties: the earlier row, then the likelier child)
+        if sampled:
+            q = logits_to_probs(logits, sampling)  # [n, V] (or [n, K]: the others have probability 0)
+            # the first w draws without replacement; a token of probability 0 has key 0 and is never kept
+            keys = q / torch.empty_like(q).exponential_(generator=generator)  # the Gumbel-top-k trick
+            top = keys.topk(min(w, q.shape[-1]), dim=-1)
+            # [n, w] log q of each draw, never above an earlier sibling's (-inf: nothing left to draw)
+            logp = sibling_scores(q.gather(-1, top.indices).log()).tolist()
+            rows.update((v, (q[row], ids)) for row, v in enumerate(nodes))
+        else:
+            top = logits.topk(w, dim=-1)  # [n, w]
+            # [n, w] log-softmax of the top w only: one copy from the device per depth
+            logp = (top.values.float() - logits.float().logsumexp(-1, keepdim=True)).tolist()
+        tokens = (top.indices if ids is None else ids[top.indices]).tolist()  # [n, w] their token ids
+        # path scores of the n * w candidates, best first (ties: the earlier row, then the earlier child)
         cand = sorted(((g.score[v] + lp, row, col) for row, v in enumerate(nodes)
-                       for col, lp in enumerate(logp[row])), key=lambda c: -c[0])
+                       for col, lp in enumerate(logp[row]) if lp > float("-inf")), key=lambda c: -c[0])
         new = []
         for score, row, col in sorted(cand[:w], key=lambda c: (c[1], c[2])):  # the w best children, in order
             g.parents.append(nodes[row])
@@ -345,12 +370,33 @@ def grow_tree(root_token: int, root_logits: DraftLogits, expand: Expand,
     level = add_children([0], (root_logits[0][None], root_logits[1]) if isinstance(root_logits, tuple)
                          else root_logits[None])
     for _ in range(budget.depth - 1):
+        if not level:
+            break
         level = add_children(level, expand(g, level))
+    # ties: the shallower node, then the one made first (an earlier sibling): kept children are a prefix
     best = sorted(range(1, len(g.parents)), key=lambda v: (-g.score[v], g.depth[v]))[:budget.n_nodes]
     keep = [0] + sorted(best, key=lambda v: (g.depth[v], v))  # breadth first, as Tree wants
     new_id = {v: i for i, v in enumerate(keep)}
-    parents = tuple(-1 if v == 0 else new_id[g.parents[v]] for v in keep)
-    return Tree(parents), [g.tokens[v] for v in keep]
+    tree = Tree(tuple(-1 if v == 0 else new_id[g.parents[v]] for v in keep))
+    return tree, [g.tokens[v] for v in keep], (draft_rows(keep, rows, vocab_size) if sampled else None)
+
+
+def sibling_scores(logq: torch.Tensor) -> torch.Tensor:  # [n, w] -> [n, w]
+    """Each drawn child's score: its log q, but never above a sibling drawn before it, so that keeping the
+    best-scored children of a node keeps the first ones drawn (still a sample without replacement)."""
+    return logq.cummin(-1).values
+
+
+def draft_rows(keep: list[int], rows: dict[int, tuple[torch.Tensor, torch.Tensor | None]],
+               vocab_size: int | None) -> torch.Tensor:  # -> [len(keep), V]
+    """The rows q of the kept nodes that were given children, in the kept order; zero for the others."""
+    q, ids = next(iter(rows.values()))
+    out = q.new_zeros(len(keep), q.shape[-1] if ids is None else vocab_size)
+    for i, v in enumerate(keep):
+        if v in rows:
+            row, ids = rows[v]
+            out[i] = row if ids is None else out[i].index_copy(0, ids, row)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -359,6 +405,7 @@ def grow_tree(root_token: int, root_logits: DraftLogits, expand: Expand,
 
 def verify_tree(tree: Tree, node_tokens: torch.Tensor, target_probs: torch.Tensor,
                 draft_probs: torch.Tensor | None = None, generator: torch.Generator | None = None,
+                replacement: bool = True,
                 ) -> tuple[list[int], torch.Tensor]:  # [n_nodes+1], [n_nodes+1, V] x2 -> (path, [1])
     """Walk down from the root, keeping an exact path; then emit one more token. Returns (path node ids, [1]).
 
@@ -367,11 +414,16 @@ def verify_tree(tree: Tree, node_tokens: torch.Tensor, target_probs: torch.Tenso
     draft_probs is None (children chosen deterministically, distinct). Accept x with probability
     min(1, p(x)/q(x)); on rejection set p = residual(p, q) = normalise(max(p - q, 0)) and try the next
     sibling. If every child is rejected, emit a sample of the current p (at a leaf, p is still
-    target_probs[leaf]: the bonus token).
+    target_probs[leaf]: the bonus token). replacement=False: the children were drawn from draft_probs[node]
+    without replacement (a dynamic tree at T > 0, `grow_tree`), so the next sibling's proposal is q with the
+    rejected x removed and renormalised, and that q is the one the next residual is taken against (Jeon et
+    al. 2024, recursive rejection sampling).
 
     Exact, because each try emits min(p, q) and passes on the rest, which by induction is distributed as
-    residual(p, q): the sum is p. With point masses, child i is emitted with probability p(x_i), and any
-    other token x with probability (1 - sum_i p(x_i)) * p(x) / (1 - sum_i p(x_i)) = p(x).
+    residual(p, q): the sum is p. This holds for any q the next sibling is truly drawn from given the
+    siblings before it: the same q for i.i.d. children, q without the tried tokens for distinct ones. With
+    point masses, child i is emitted with probability p(x_i), and any other token x with probability
+    (1 - sum_i p(x_i)) * p(x) / (1 - sum_i p(x_i)) = p(x).
     Greedy is this walk on one-hot rows: x is accepted exactly when it is the target's argmax, and a
     rejection leaves the one-hot row as it was. The loop's greedy path walks on the argmax tokens instead
     (`verify_tree_greedy`), which skips building the rows at all; the tests check that both walks agree.
@@ -379,16 +431,20 @@ def verify_tree(tree: Tree, node_tokens: torch.Tensor, target_probs: torch.Tenso
     path, node = [], 0
     while True:
         p = target_probs[node]  # [V]
+        q = None if draft_probs is None else draft_probs[node]  # [V]
         for child in tree.children(node):
             x = node_tokens[child]
-            p_x, q_x = float(p[x]), 1.0 if draft_probs is None else float(draft_probs[node, x])
+            p_x, q_x = float(p[x]), 1.0 if q is None else float(q[x])
             u = float(torch.rand((), generator=generator, device=p.device, dtype=p.dtype))
             # accept x with probability min(1, p_target(x) / p_draft(x)), p_target the current residual
             if u * q_x < p_x:
                 break
             # rejected: the next sibling is judged against what is left of the target
-            if draft_probs is not None:
-                p = residual(p, draft_probs[node])
+            if q is not None:
+                p = residual(p, q)
+                if not replacement:  # the next sibling was drawn from q without x
+                    q = q.index_fill(0, x[None], 0.0)
+                    q = q / q.sum().clamp(min=torch.finfo(q.dtype).tiny)
             elif p_x > 0:  # removing a point mass on a token p gives 0 would leave p as it is
                 p = residual(p, torch.zeros_like(p).index_fill_(0, x[None], 1.0))
         else:

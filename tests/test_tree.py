@@ -2,7 +2,8 @@
 
 Exactness is tested at two levels, each with a power test against a broken rule at the same
 significance level (SIGNIFICANCE = 0.001) and with fixed seeds, so nothing can flake:
-  one node: many draws of k i.i.d. siblings from a draft row, judged by `verify_tree` (fast);
+  one node: many draws of k siblings from a draft row (i.i.d., without replacement, or the draft's top k),
+  judged by `verify_tree` (fast);
   sequences: the first 5 tokens on the vocabulary-3 toy pair, whose 3^5 = 243 sequences are
   enumerated exactly (slow: thousands of generations).
 """
@@ -40,7 +41,7 @@ def tree_pass(lm, context, tree, node_tokens):  # [T], [N+1] -> [N+1, V]: the ta
 
 
 def verify_tree_siblings_against_original_target(tree, node_tokens, target_probs, draft_probs,
-                                                  generator=None):
+                                                  generator=None, replacement=True):
     """Bug: every sibling is judged against the original target_probs, never against the residual."""
     path, node = [], 0
     while True:
@@ -216,6 +217,36 @@ def test_verify_tree_emits_target_distribution_at_one_node(k):
     assert not result.rejects(SIGNIFICANCE), f"k={k}: {result}"
 
 
+def verify_without_replacement(tree, node_tokens, target_probs, draft_probs, generator=None):
+    return verify_tree(tree, node_tokens, target_probs, draft_probs, generator, replacement=False)
+
+
+def verify_renormalised_against_original_target(tree, node_tokens, target_probs, draft_probs, generator=None):
+    """Bug: q is renormalised after each rejected sibling, but p is never replaced by the residual."""
+    p, q = target_probs[0], draft_probs[0]
+    for child in tree.children(0):
+        x = node_tokens[child]
+        if torch.rand((), generator=generator, dtype=p.dtype) * q[x] < p[x]:
+            return [child], sample(target_probs[child], generator)
+        q = q.index_fill(0, x[None], 0.0)
+        q = q / q.sum()
+    return [], sample(p, generator)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+def test_siblings_drawn_without_replacement_emit_target_distribution_at_one_node(k):
+    """A dynamic tree at T > 0: distinct siblings drawn in turn from q, judged with q renormalised."""
+    counts, target = _one_node_counts(verify_without_replacement, k, replacement=False)
+    result = chi_square_gof(counts, target)
+    assert not result.rejects(SIGNIFICANCE), f"k={k}: {result}"
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_chi_square_rejects_renormalised_siblings_judged_against_original_target(k):
+    counts, target = _one_node_counts(verify_renormalised_against_original_target, k, replacement=False)
+    assert chi_square_gof(counts, target).rejects(SIGNIFICANCE)
+
+
 @pytest.mark.parametrize("k", [2, 3])
 def test_chi_square_rejects_siblings_judged_against_original_target_at_one_node(k):
     counts, target = _one_node_counts(verify_tree_siblings_against_original_target, k)
@@ -316,7 +347,8 @@ def test_tree_helpers_describe_the_tree():
 
 # --- dynamic trees (EAGLE-2): deterministic top-k children, recursive rejection with point-mass proposals
 
-def verify_deterministic_without_removal(tree, node_tokens, target_probs, draft_probs=None, generator=None):
+def verify_deterministic_without_removal(tree, node_tokens, target_probs, draft_probs=None, generator=None,
+                                         replacement=True):
     """Bug: a rejected candidate keeps its mass, so the fallback sample can emit it again (too often)."""
     path, node = [], 0
     while True:
@@ -394,16 +426,21 @@ def test_dynamic_tree_sequences_match_exact_target_distribution(pair3, budget, s
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("broken", ["keeps rejected candidates", "SpecInfer ratio"])
+@pytest.mark.parametrize("broken", ["keeps rejected candidates", "uniform q", "i.i.d. rule"])
 def test_chi_square_rejects_dynamic_tree_with_a_broken_rule(pair3, monkeypatch, broken):
+    """At T = 1 a dynamic tree's children are drawn from q without replacement: judging them as point masses
+    that keep their mass, against a q they were not drawn from, or by SpecInfer's i.i.d. rule (q never
+    renormalised) all bias the output."""
     target, draft = pair3
     if broken == "keeps rejected candidates":
         fn = verify_deterministic_without_removal
-    else:
-        # q: uniform, as if sampled
-        def fn(tree, node_tokens, target_probs, draft_probs=None, generator=None):
+    elif broken == "uniform q":
+        def fn(tree, node_tokens, target_probs, draft_probs=None, generator=None, replacement=True):
             uniform = torch.full_like(target_probs, 1 / target_probs.shape[-1])
-            return verify_tree(tree, node_tokens, target_probs, uniform, generator)
+            return verify_tree(tree, node_tokens, target_probs, uniform, generator, replacement)
+    else:
+        def fn(tree, node_tokens, target_probs, draft_probs=None, generator=None, replacement=True):
+            return verify_tree(tree, node_tokens, target_probs, draft_probs, generator, replacement=True)
     monkeypatch.setattr(generate_mod, "verify_tree", fn)
     budget = sd.TreeBudget(depth=3, topk=2, n_nodes=5)
     result = chi_square_gof(dynamic_counts(target, draft, budget, T1),
@@ -432,7 +469,8 @@ def test_grow_tree_keeps_the_n_most_likely_paths():
         return logits
 
     root = torch.tensor([3.0, 2.0, 1.0, -5.0])
-    tree, tokens = tree_mod.grow_tree(3, root, expand, sd.TreeBudget(depth=3, topk=2, n_nodes=4))
+    tree, tokens, rows = tree_mod.grow_tree(3, root, expand, sd.TreeBudget(depth=3, topk=2, n_nodes=4))
+    assert rows is None  # greedy growth: point masses
     assert tree.size == 4 and tokens[0] == 3
     assert tree.depths() == sorted(tree.depths())  # breadth first
     assert tokens[1:3] == [0, 1]  # the root's two best children
@@ -443,3 +481,60 @@ def test_grow_tree_keeps_the_n_most_likely_paths():
 def test_bad_tree_budgets_are_refused(bad):
     with pytest.raises(ValueError, match="TreeBudget"):
         sd.TreeBudget(**bad)
+
+
+def _kept_first_child_counts(n: int = 4000, seed: int = 0):
+    """Grow a depth-1 tree at T = 1 with 3 children drawn and 1 kept, many times: the kept child must be the
+    first one drawn, hence distributed as q itself."""
+    logits = torch.tensor([1.5, 1.0, 0.5, 0.0, -1.0], dtype=torch.float64)
+    g, budget = torch.Generator().manual_seed(seed), sd.TreeBudget(depth=1, topk=3, n_nodes=1)
+    counts = Counter()
+    for _ in range(n):
+        tree, tokens, rows = tree_mod.grow_tree(9, logits, None, budget, T1, g)
+        assert tree.size == 1 and torch.allclose(rows[0], logits.softmax(-1))
+        counts[tokens[1]] += 1
+    return counts, probs_to_dict(logits.softmax(-1))
+
+
+def test_sampled_growth_keeps_the_first_children_drawn():
+    counts, q = _kept_first_child_counts()
+    result = chi_square_gof(counts, q)
+    assert not result.rejects(SIGNIFICANCE), str(result)
+
+
+def test_chi_square_rejects_sampled_growth_that_keeps_the_likeliest_children_drawn(monkeypatch):
+    """Bug: siblings scored by their own log q, so pruning keeps the likeliest of those drawn, not the first:
+    the kept children are no longer a sample without replacement from q."""
+    monkeypatch.setattr(tree_mod, "sibling_scores", lambda logq: logq)
+    counts, q = _kept_first_child_counts()
+    assert chi_square_gof(counts, q).rejects(SIGNIFICANCE)
+
+
+def test_sampled_growth_draws_distinct_children_from_the_support_only():
+    """top_k=2 sampling leaves 2 tokens of positive q: a width-3 tree can give the root only those 2."""
+    logits = torch.tensor([1.5, 1.0, 0.5, 0.0, -1.0])
+    g = torch.Generator().manual_seed(0)
+    for _ in range(50):
+        tree, tokens, rows = tree_mod.grow_tree(9, logits, None, sd.TreeBudget(1, 3, 3),
+                                                sd.SamplingConfig(1.0, top_k=2), g)
+        assert sorted(tokens[1:]) == [0, 1] and float(rows[0, 2:].sum()) == 0.0
+
+
+def test_chapter_measure_of_sampled_children_matches_the_exact_probability():
+    """`chapters.production.sampled_children_kept` (chapter 6): k = 1 keeps a child with probability
+    β = Σ min(p, q); k = 2 adds, for every first draw x that is rejected, q(y | not x) times the chance that y
+    survives the residual, enumerated exactly here."""
+    from specdec_ref.chapters.production import sampled_children_kept
+    p = torch.tensor([0.05, 0.40, 0.30, 0.15, 0.10], dtype=torch.float64)
+    q = torch.tensor([0.50, 0.10, 0.05, 0.05, 0.30], dtype=torch.float64)
+    beta = float(torch.minimum(p, q).sum())
+    two = 0.0
+    for x in range(5):
+        a = min(1.0, float(p[x] / q[x]))
+        r, q2 = residual(p, q), q.clone()
+        q2[x] = 0
+        q2 = q2 / q2.sum()
+        two += float(q[x]) * (a + (1 - a) * float(torch.minimum(r, q2).sum()))
+    assert abs(sampled_children_kept(p, q, 1, n=4000) - beta) < 0.03
+    assert abs(sampled_children_kept(p, q, 2, n=4000) - two) < 0.03
+    assert two > beta + 0.05  # the second child adds enough for the two checks to tell them apart

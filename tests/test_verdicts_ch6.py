@@ -143,3 +143,12 @@ def test_tree_prediction_verdict_flips_with_the_measurement_and_refuses_a_bad_gu
     assert "level" in tree_prediction_verdict("chain", 1.20, 1.19)
     with pytest.raises(ValueError, match='"tree", "chain" or None'):
         tree_prediction_verdict("the tree", 1.3, 1.1)
+
+
+def test_sampled_children_verdict_follows_all_three_numbers():
+    from specdec_ref.chapters.verdicts.ch6 import sampled_children_verdict
+    both = sampled_children_verdict(0.7, 0.5, 0.4, 3)
+    assert "more than one sampled child (β) and more than the top-3" in both
+    assert "though not more than the top-3" in sampled_children_verdict(0.6, 0.5, 0.7, 3)
+    assert "though not more than one sampled child" in sampled_children_verdict(0.6, 0.7, 0.5, 3)
+    assert "no more than" in sampled_children_verdict(0.5, 0.5, 0.5, 3)

@@ -15,7 +15,7 @@ from ..lab import bench, timing
 from ..lab.speedup import generalized_speedup
 from ..lab.stats import chi_square_gof, two_sample_chi_square
 from ..sampling import SamplingConfig
-from ..tree import Tree
+from ..tree import Tree, verify_tree
 
 Costs = Mapping[tuple[int, int], float]  # (batch size B, tokens per sequence k) -> seconds of one target pass
 
@@ -228,6 +228,21 @@ def breakeven_batch(costs: Costs, draft_costs: Costs, alpha: float, gamma: int) 
 # ---------------------------------------------------------------------------------------------
 # Trees: what one iteration costs, with multi-row draft passes and re-fed rows
 # ---------------------------------------------------------------------------------------------
+
+def sampled_children_kept(target_row: torch.Tensor, draft_row: torch.Tensor, k: int, n: int = 2000,
+                          seed: int = 0) -> float:  # [V], [V] -> probability
+    """How often a node whose k children are drawn from draft_row without replacement keeps one of them: n
+    draws, each judged by the loop's own walk (`verify_tree(..., replacement=False)`), with a fixed seed."""
+    g = torch.Generator(device=target_row.device).manual_seed(seed)
+    tree, p, q = Tree.from_branching((k,)), target_row.double(), draft_row.double()
+    rows, q_rows = torch.stack([p] * (k + 1)), torch.stack([q] + [torch.zeros_like(q)] * k)  # [k+1, V] each
+    kept = 0
+    for _ in range(n):
+        children = torch.multinomial(q, k, replacement=False, generator=g)  # [k], in the order drawn
+        path, _ = verify_tree(tree, torch.cat([children[:1], children]), rows, q_rows, g, replacement=False)
+        kept += bool(path)
+    return kept / n
+
 
 def draft_rows_per_pass(tree: Tree, refed: float) -> list[float]:
     """Rows each draft pass of one static-tree iteration scores (`tree.draft_tree`), in order.

@@ -46,10 +46,11 @@ from .kernels import kernel_path
 
 Method = int | TreeBudget  # a chain of γ draft tokens, or an EAGLE-2 dynamic tree
 # the small trees first: where t(k) is flat only up to 3-4 rows (a 2-core CPU), 2-3 nodes is all a tree can
-# afford; one draft pass (depth 1) drafts the head's best two or three guesses for the next token
+# afford; one draft pass (depth 1) drafts the head's best two or three guesses for the next token. At T > 0 a
+# tree's children are drawn without replacement (tree.grow_tree), and 3/3/6 kept the most there
 CANDIDATES: tuple[Method, ...] = (1, 2, 3, 4, 5, 6, TreeBudget(1, 2, 2), TreeBudget(1, 3, 3),
-                                  TreeBudget(2, 2, 3), TreeBudget(2, 2, 4), TreeBudget(3, 3, 8),
-                                  TreeBudget(4, 4, 12), TreeBudget(5, 4, 16))
+                                  TreeBudget(2, 2, 3), TreeBudget(2, 2, 4), TreeBudget(3, 3, 6),
+                                  TreeBudget(3, 3, 8), TreeBudget(4, 4, 12), TreeBudget(5, 4, 16))
 # (method, sampled): the iterations the costs are fitted on
 CALIBRATION = ((1, False), (3, False), (TreeBudget(2, 2, 4), False), (TreeBudget(4, 4, 12), False),
                (3, True), (TreeBudget(4, 4, 12), True))

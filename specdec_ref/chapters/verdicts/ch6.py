@@ -173,6 +173,23 @@ def topk_mass_verdict(beta: float, topk_mass: float, k: int, margin: float = 0.0
     return head + ": here the two are level"
 
 
+def sampled_children_verdict(sampled: float, beta: float, topk_mass: float, k: int,
+                             margin: float = 0.02) -> str:
+    """Chapter 6: a node whose k children are drawn from q without replacement keeps one with probability
+    `sampled` (measured through `verify_tree`), against β (one sampled child) and the top-k mass."""
+    head = (f"drawing the node's {k} children from q without replacement instead, it keeps one with "
+            f"probability {sampled:.2f}")
+    over_chain = compare(sampled, beta, margin, relative=False)
+    over_topk = compare(sampled, topk_mass, margin, relative=False)
+    if over_chain == "higher" and over_topk == "higher":
+        return head + f": more than one sampled child (β) and more than the top-{k} tokens"
+    if over_chain == "higher":
+        return head + f": more than one sampled child (β), though not more than the top-{k} tokens"
+    if over_topk == "higher":
+        return head + f": more than the top-{k} tokens, though not more than one sampled child (β)"
+    return head + f": no more than one sampled child (β) or the top-{k} tokens keep here"
+
+
 def tree_vs_chain_verdict(tree: float, chain: float, tree_label: str = "the "
                                                                        "tree", chain_label: str = "the chain",
                           margin: float = 0.03) -> str:
