@@ -344,9 +344,11 @@ def grow_tree(root_token: int, root_logits: DraftLogits, expand: Expand, budget:
         logits = logits.detach()
         if sampled:
             q = logits_to_probs(logits, sampling)  # [n, V] (or [n, K]: the others have probability 0)
-            # the first w draws without replacement; a token of probability 0 has key 0 and is never kept
-            keys = q / torch.empty_like(q).exponential_(generator=generator)  # the Gumbel-top-k trick
-            top = keys.topk(min(w, q.shape[-1]), dim=-1)
+            # the first w draws without replacement: the largest q / E, E ~ Exp(1) (the Gumbel-top-k trick), E
+            # as -log(1 - U) (a fifth of the time of `exponential_` on a CPU); q = 0 has key 0, never kept
+            u = torch.rand(q.shape, generator=generator, device=q.device, dtype=q.dtype)
+            e = u.neg_().log1p_().neg_().clamp_(min=torch.finfo(q.dtype).tiny)
+            top = (q / e).topk(min(w, q.shape[-1]), dim=-1)
             # [n, w] log q of each draw, never above an earlier sibling's (-inf: nothing left to draw)
             logp = sibling_scores(q.gather(-1, top.indices).log()).tolist()
             rows.update((v, (q[row], ids)) for row, v in enumerate(nodes))
@@ -395,7 +397,10 @@ def draft_rows(keep: list[int], rows: dict[int, tuple[torch.Tensor, torch.Tensor
     for i, v in enumerate(keep):
         if v in rows:
             row, ids = rows[v]
-            out[i] = row if ids is None else out[i].index_copy(0, ids, row)
+            if ids is None:
+                out[i] = row
+            else:
+                out[i].index_copy_(0, ids, row)
     return out
 
 
