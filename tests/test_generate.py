@@ -183,3 +183,33 @@ def test_options_after_max_new_tokens_are_keyword_only(toy_pair):
         sd.speculative_generate(target, draft, torch.tensor([[1, 2]]), 5, 2)
     with pytest.raises(TypeError):
         sd.autoregressive_generate(target, torch.tensor([[1, 2]]), 5, GREEDY)
+
+
+@pytest.mark.parametrize("keep_hidden", [False, True])
+def test_one_new_row_gets_an_explicit_mask_and_the_same_logits(monkeypatch, keep_hidden):
+    """`CachedModel.prepare`: on a CPU a one-row pass carries its position and an all-visible mask (the flash
+    kernel is slower without one); the logits are those of the maskless pass, through rollbacks too."""
+    from specdec_ref import cache as cache_mod
+    model = tiny_llama(16, hidden=32, n_layers=2).float()
+    ids = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6])
+    seen = []
+    forward = model.forward
+    monkeypatch.setattr(model, "forward",
+                        lambda *a, **kw: seen.append(kw.get("attention_mask")) or forward(*a, **kw))
+
+    def decode(row_mask: bool) -> list[torch.Tensor]:
+        monkeypatch.setattr(cache_mod, "ROW_MASK", row_mask)
+        lm, out = cache_mod.CachedModel(model, keep_hidden=keep_hidden), []
+        lm.logits(ids[:4], keep=1)
+        for n in (5, 6, 7, 5, 6):  # one row at a time, with a rollback in between
+            lm.rollback(n - 1)
+            out.append(lm.logits(ids[:n], keep=1))
+        return out
+
+    plain = decode(False)
+    seen.clear()
+    masked = decode(True)
+    for a, b in zip(plain, masked):
+        torch.testing.assert_close(a, b)
+    if not keep_hidden:  # the body is called directly then; the mask reaches it the same way
+        assert [m is not None for m in seen] == [False] + [True] * 5
