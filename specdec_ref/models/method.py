@@ -149,6 +149,7 @@ def machine_key(target, drafter) -> str:
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
+@torch.inference_mode()  # as the loops run: with autograd, an offline target pass took 1.8 times as long
 def pass_seconds(model, ks: list[int], context_len: int, repeats: int = 3) -> dict[int, float]:
     """Median seconds of a cached target pass over k new rows after context_len tokens, k interleaved, through
     the cache the loops use (`cached_model(cache="auto")`: the compiled pass where the model has one)."""
@@ -208,6 +209,7 @@ def loop_step_seconds(target, ids: torch.Tensor, n_tokens: int, sampling: Sampli
     return statistics.median(dts[1:] or dts)
 
 
+@torch.inference_mode()
 def draft_pass_seconds(target, drafter, ids: torch.Tensor, repeats: int = 5,
                        rows: int = 1) -> float:  # ids [1, T]
     """Median seconds of one draft pass over `rows` new rows after the prompt (feeding them and proposing one
