@@ -146,3 +146,14 @@ def test_the_best_method_line_says_how_to_run_it():
         assert method_call(method_name(m)).startswith("speculative_generate(..., ")
     with pytest.raises(ValueError, match="a method name is"):
         method_call("tree 2/2")
+
+
+def test_an_iterations_first_draft_step_is_priced_at_c_first_beside_the_loop_overhead():
+    """h is the loop's own work; the first draft step's price over c (it follows the target's pass) is added
+    to every γ's prediction once, so the verdict still sees what an iteration costs."""
+    from specdec_ref.lab.diagnose import Measurements, verdict
+    base = Measurements(alpha=0.5, c=0.05, verify_cost=[1.0, 1.05, 1.1, 1.15, 1.2], overhead=0.03,
+                        calibration_gamma=2)
+    cold = Measurements(**{**base.__dict__, "c_first": 0.09})
+    assert cold.iteration_extras() == pytest.approx([h + 0.04 for h in base.overheads()])
+    assert verdict(cold).predicted_speedup < verdict(base).predicted_speedup

@@ -37,6 +37,29 @@ def test_iteration_cost_prices_every_draft_pass_and_the_target_rows():
     assert mm.predicted_speedup(tree, 2.0, c) == pytest.approx(2.0 / expect)
 
 
+def test_the_first_draft_pass_of_an_iteration_is_priced_at_c_first_once():
+    """c_first: the draft pass right after the target's, its weights out of the caches; the others c₁."""
+    base = costs(0.1)
+    cold = replace(base, c_first=0.08)
+    for method in (1, 3, sd.TreeBudget(3, 2, 5)):
+        extra = mm.iteration_cost(method, 2.0, cold) - mm.iteration_cost(method, 2.0, base)
+        assert extra == pytest.approx(0.08 - 0.03)
+    assert mm.iteration_cost(3, 2.0, replace(base, c_first=0.0)) == mm.iteration_cost(3, 2.0, base)
+
+
+def test_draft_passes_after_target_follow_a_target_pass_each():
+    from specdec_ref.models.toy import tiny_pair
+    target, draft = tiny_pair(vocab_size=8, seed=0)
+    calls = []
+    target.register_forward_pre_hook(lambda m, a: calls.append(1))
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    mm.draft_pass_seconds(target, sd.ModelDrafter(draft), ids, repeats=3)
+    plain = len(calls)
+    calls.clear()
+    mm.draft_pass_seconds(target, sd.ModelDrafter(draft), ids, repeats=3, after_target=True)
+    assert len(calls) == plain + 3 + 2  # one target pass before each timed pass, warm-up rounds included
+
+
 def test_a_tree_pays_its_bookkeeping_per_node_and_a_chain_none():
     base, per_node = costs(0.1), replace(costs(0.1), h_node=0.01)
     tree = sd.TreeBudget(3, 2, 5)

@@ -93,20 +93,24 @@ class Row:
 
 
 @torch.inference_mode()
-def draft_step_seconds(target, draft, input_ids: torch.Tensor, repeats: int = 20) -> float:
+def draft_step_seconds(target, draft, input_ids: torch.Tensor, repeats: int = 20,
+                       after_target: bool = False) -> float:
     """Median time of one draft step (proposing one token after the prompt), for any drafter or draft
-    model: `models.method.draft_pass_seconds`, which the default-method calibration uses too."""
-    return draft_pass_seconds(target, as_drafter(draft), input_ids, repeats)
+    model: `models.method.draft_pass_seconds`, which the default-method calibration uses too (after_target:
+    each step right after a target pass, as an iteration's first draft step runs)."""
+    return draft_pass_seconds(target, as_drafter(draft), input_ids, repeats, after_target=after_target)
 
 
-def cost_ratio(target, draft, input_ids: torch.Tensor, repeats: int = 20, rounds: int = 4) -> float:
+def cost_ratio(target, draft, input_ids: torch.Tensor, repeats: int = 20, rounds: int = 4,
+               after_target: bool = False) -> float:
     """c = one draft step / one cached target decode step, after a prompt of this length: the one estimator.
 
     The median over `rounds` of one round's ratio; each round warms up and times the target and the draft
     back to back (`repeats // rounds` steps each), so a burst of background load lands on both alike.
+    after_target prices the draft step that follows a target pass (the first of every iteration).
     """
     n = max(1, repeats // rounds)
-    return statistics.median(draft_step_seconds(target, draft, input_ids, n)
+    return statistics.median(draft_step_seconds(target, draft, input_ids, n, after_target)
                              / decode_step_seconds(target, input_ids, n)
                              for _ in range(rounds))
 

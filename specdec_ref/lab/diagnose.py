@@ -52,6 +52,7 @@ class Measurements:
     kernel_path: str = ""  # which matrix kernel the target's linear layers use (kernels.kernel_path)
     calibration_gamma: int = 0  # the γ `overhead` was measured at
     overhead_slope: float = 0.0  # h₁: h grows by this per draft token (0: one h for every γ)
+    c_first: float = 0.0  # an iteration's first draft step, right after the target's pass (0: priced as c)
 
     @property
     def overhead_ms(self) -> float:
@@ -62,6 +63,13 @@ class Measurements:
         """h(γ) for γ = 1..γ_max: h at the calibration γ, plus h₁ per draft token more or less."""
         return [self.overhead + self.overhead_slope * (g - self.calibration_gamma)
                 for g in range(1, self.gamma_max + 1)]
+
+    def iteration_extras(self) -> list[float]:
+        """What an iteration costs beyond γc and t(γ+1)/t(1), for γ = 1..γ_max: h(γ), and the first draft
+        step's price over c (it follows the target's pass, whose weights pushed the draft's out of the
+        caches)."""
+        cold = max(self.c_first - self.c, 0.0)
+        return [h + cold for h in self.overheads()]
 
     @property
     def gamma_max(self) -> int:
@@ -79,7 +87,7 @@ class Verdict:
 
 def verdict(m: Measurements) -> Verdict:
     """Recommend a γ, or say that speculation will not pay off and which factor is to blame."""
-    gamma, s = best_gamma(m.alpha, m.c, m.verify_cost, m.overheads(), m.gamma_max)
+    gamma, s = best_gamma(m.alpha, m.c, m.verify_cost, m.iteration_extras(), m.gamma_max)
     if s > 1:
         return Verdict(gamma, s, True, None, f"Use γ = {gamma}: predicted speedup {s:.2f}× "
                        f"(α = {m.alpha:.2f}, c = {m.c:.3f}, "
@@ -112,15 +120,17 @@ def position_acceptance(accepted: list[int], drafted: list[int]) -> tuple[list[i
 
 
 def cost_ratios(target, draft, ks: range, context_len: int,
-                rounds: int = 5) -> tuple[list[float], float, float]:
-    """(t(k)/t(1) for k in ks, c, t(1) in seconds): t(k) from interleaved, warmed-up passes through the cache
-    the loops use (`models.method.pass_seconds`: the compiled pass where the target has one), c from
-    `bench.cost_ratio` (the one estimator of c: each round warmed, median of rounds)."""
+                rounds: int = 5) -> tuple[list[float], float, float, float]:
+    """(t(k)/t(1) for k in ks, c, c right after a target pass, t(1) in seconds): t(k) from interleaved,
+    warmed-up passes through the cache the loops use (`models.method.pass_seconds`: the compiled pass where
+    the target has one), c from `bench.cost_ratio` (the one estimator of c: each round warmed, median of
+    rounds)."""
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, vocab_size(target), (1, context_len),
                         generator=g).to(next(target.parameters()).device)
     t = pass_seconds(target, list(ks), context_len, repeats=rounds)
-    return [t[k] / t[1] for k in ks], cost_ratio(target, draft, ids, 3 * rounds, rounds), t[1]
+    c, c_first = (cost_ratio(target, draft, ids, 3 * rounds, rounds, after_target=a) for a in (False, True))
+    return [t[k] / t[1] for k in ks], c, c_first, t[1]
 
 
 def measure(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8,
@@ -129,7 +139,8 @@ def measure(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8,
             rounds: int = 5, eos_token_id=None, fit_slope: bool = False) -> Measurements:
     """Measure t(k)/t(1) and c with cached passes, then α and the overhead from the loop at the calibration γ.
 
-    The overhead is what an iteration costs beyond γc + t(γ+1)/t(1), in units of one step of the same loop
+    The overhead is what an iteration costs beyond its passes, γc + (c_first - c) + t(γ+1)/t(1) (the first
+    draft step follows the target's pass and costs c_first), in units of one step of the same loop
     with an empty draft (plain decoding), timed on the same prompt right before and right after: a ratio
     of neighbouring timings, so it survives a machine whose speed drifts with other people's jobs.
     fit_slope also runs the loop at γ = 1 on every prompt and fits h(γ) = h₀ + γh₁ through the two (each
@@ -140,7 +151,8 @@ def measure(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8,
     gamma = calibration_gamma or min(gamma_max, 4)
     # a typical length
     context = int(sum(ids.shape[1] for ids in encoded) / len(encoded)) + max_new_tokens // 2
-    verify_cost, c, t1 = cost_ratios(target, draft, range(1, gamma_max + 2), context, rounds)
+    verify_cost, c, c_first, t1 = cost_ratios(target, draft, range(1, gamma_max + 2), context, rounds)
+    cold = max(c_first - c, 0.0)  # the first draft step of an iteration follows the target's pass
     g = torch.Generator(device=encoded[0].device).manual_seed(seed)
     steps, overheads = [], []
     def plain_step(ids) -> float:  # seconds per step of the loop with an empty draft, prefill excluded
@@ -154,8 +166,8 @@ def measure(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8,
                            eos_token_id)
         step_loop = (before + plain_step(ids)) / 2
         # the first iteration includes the prefill
-        return [s for s, _, _ in spec], [dt / step_loop - s.n_drafted * c - verify_cost[s.n_drafted]
-                                         for s, dt, _ in spec[1:]]
+        return [s for s, _, _ in spec], [dt / step_loop - s.n_drafted * c - (cold if s.n_drafted else 0.0)
+                                         - verify_cost[s.n_drafted] for s, dt, _ in spec[1:]]
 
     for ids in encoded:
         spec, hs = iteration_overheads(ids, gamma)
@@ -170,7 +182,7 @@ def measure(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8,
                         verify_cost=verify_cost, overhead=h,
                         alpha_per_position=[a / e if e else float("nan") for a, e in zip(acc, exam)],
                         step_seconds=t1, kernel_path=kernel_path(target), calibration_gamma=gamma,
-                        overhead_slope=slope)
+                        overhead_slope=slope, c_first=c_first)
 
 
 def measure_speedups(target, drafters: dict, encoded: list[torch.Tensor], max_new_tokens: int,
@@ -237,7 +249,7 @@ def diagnose(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, 
     m = measure(target, draft, encoded, gamma_max=k_max - 1, max_new_tokens=max_new_tokens, sampling=sampling,
                 seed=seed, eos_token_id=eos_token_id, fit_slope=True)
     v = verdict(replace(m, verify_cost=m.verify_cost[:gamma_max + 1]))
-    h = m.overheads()
+    h = m.iteration_extras()
     methods = {method_name(g): dict(gamma=g) for g in range(1, gamma_max + 1)}
     methods.update({method_name(b): dict(tree=b) for b in trees})
     say("measuring τ of every chain and tree ...")
@@ -268,7 +280,7 @@ def diagnose(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, 
             "measured_alpha": rows["speculative"].alpha,
             "pays_off": v.pays_off, "blame": v.blame, "verdict": v.message,
             "predicted_by_gamma": speedup_by_gamma(m.alpha, m.c, m.verify_cost, h, gamma_max),
-            "overhead_by_gamma": dict(zip(range(1, gamma_max + 1), h)),
+            "overhead_by_gamma": dict(zip(range(1, gamma_max + 1), m.overheads())),
             "textbook_by_gamma": {g: predicted_speedup(m.alpha, g, m.c) for g in range(1, gamma_max + 1)},
             "tau_by_method": taus, "predicted_by_method": predicted, "best_method": best,
             "best_method_measured_speedup": rows["best method"].tokens_per_second / plain,
@@ -284,7 +296,9 @@ def format_report(result: dict) -> str:
              f"α = {result['alpha']:.3f} per token; by draft position: "
              + ", ".join(f"{a:.2f}" for a in result["alpha_per_position"]),
              f"c = {result['c']:.3f} "
-             f"(draft step / target step; t(1) = {result['step_seconds'] * 1e3:.1f} ms)",
+             f"(draft step / target step; t(1) = {result['step_seconds'] * 1e3:.1f} ms); "
+             f"{result.get('c_first', 0.0):.3f} for an iteration's first draft step, right after the "
+             "target's pass (its weights out of the caches)",
              "t(k)/t(1), k = 1..: " + ", ".join(f"{x:.2f}" for x in result["verify_cost"]),
              f"loop overhead h = {result['overhead']:.3f} t(1) = "
              f"{result['overhead_ms']:.1f} ms per iteration at γ = {result['calibration_gamma']}"

@@ -11,11 +11,12 @@ Two inputs meet in one cost model:
 
 One iteration costs, in units of one step of the plain loop (chapter 6's `eq-tree-cost`, with the overhead):
 
-    cost = t(r)/t(1) + Σ_i (c₁ + c_row (m_i - 1)) + h₀ + h_node |𝒯| (+ δ + δ_node |𝒯| when sampling)
+    cost = t(r)/t(1) + Σ_i (c₁ + c_row (m_i - 1)) + (c₁' - c₁) + h₀ + h_node |𝒯| (+ δ + δ_node |𝒯| sampled)
 
 where r is the rows the target scores (γ + 1 for a chain, |𝒯| + 1 for a tree), m_i the rows of draft pass i
 (the first feeds the τ tokens the last iteration kept; a chain's later passes score 1 row, a tree's w rows),
-c₁ a one-row draft pass, c_row each further row in it, h₀ the loop's own work per iteration and h_node a
+c₁ a one-row draft pass, c₁' the first one of an iteration (right after the target's pass, which pushed the
+draft's weights out of the caches), c_row each further row, h₀ the loop's own work per iteration and h_node a
 tree's per node (growing it, its masks and positions, keeping its path; |𝒯| = 0 for a chain); δ and
 δ_node the same when sampling (probabilities over the vocabulary: a sampled tree builds a row and residuals
 per node). One h₀ fitted on chains and trees together would price a chain at a tree's bookkeeping. The
@@ -100,6 +101,7 @@ class Costs:
     other_load: float = float("nan")  # cores' worth of CPU other processes used meanwhile (nan: unknown)
     h_node: float = 0.0  # a tree's bookkeeping per node (0 in costs saved before it was fitted)
     h_node_sampled: float = 0.0  # and per node when sampling
+    c_first: float = 0.0  # the first draft pass of an iteration, after the target's (0: priced as c_pass)
 
     def verify_cost(self, k: float) -> float:  # t(k)/s₁, linear between measured k
         ks = sorted(self.verify)
@@ -109,6 +111,7 @@ class Costs:
 def iteration_cost(method: Method, tau: float, costs: Costs, sampled: bool = False) -> float:
     """One iteration's time in plain-loop steps (the module docstring's cost)."""
     draft = sum(costs.c_pass + costs.c_row * (m - 1) for m in draft_rows(method, tau))
+    draft += max(costs.c_first - costs.c_pass, 0.0)  # the first pass's weights come from memory again
     nodes = method.n_nodes if isinstance(method, TreeBudget) else 0
     return (costs.verify_cost(target_rows(method)) + draft + costs.h0 + costs.h_node * nodes
             + (costs.h_sampled + costs.h_node_sampled * nodes if sampled else 0.0))
@@ -132,7 +135,7 @@ def choose(taus: dict[str, float], costs: Costs, sampled: bool) -> tuple[Method,
 # ---------------------------------------------------------------------------------------------
 
 # the terms and how each is found: costs cached under another cost model are measured again
-COST_MODEL = f"h0 + h_node (+ sampled), c_row measured, ordered t(k), medians of {ROUNDS} rounds"
+COST_MODEL = f"h0 + h_node (+ sampled), c_row and c_first measured, ordered t(k), medians of {ROUNDS} rounds"
 
 
 def machine_key(target, drafter) -> str:
@@ -210,22 +213,27 @@ def loop_step_seconds(target, ids: torch.Tensor, n_tokens: int, sampling: Sampli
 
 
 @torch.inference_mode()
-def draft_pass_seconds(target, drafter, ids: torch.Tensor, repeats: int = 5,
-                       rows: int = 1) -> float:  # ids [1, T]
+def draft_pass_seconds(target, drafter, ids: torch.Tensor, repeats: int = 5, rows: int = 1,
+                       after_target: bool = False) -> float:  # ids [1, T]
     """Median seconds of one draft pass over `rows` new rows after the prompt (feeding them and proposing one
     token, the draft's cache warm), for any drafter: a feature drafter first gets the target's features of the
-    prompt."""
+    prompt. after_target: each timed pass follows a target pass (untimed), as the first draft pass of every
+    iteration does; the target's weights stream through the caches and push the draft's out, so that pass
+    costs more than one that follows another draft pass (2.5 times for the offline head on a 2-core Zen 5)."""
     tokens, greedy, hidden = ids[0], SamplingConfig(0), None
     drafter.sync(0)
+    lm = cached_model(target, keep_hidden=drafter.wants_target_hidden, cache="auto")
+    lm.logits(tokens)
     if drafter.wants_target_hidden:
-        lm = cached_model(target, keep_hidden=drafter.wants_target_hidden, cache="auto")
-        lm.logits(tokens)
         hidden = lm.hidden[:-1]  # [T-1, d]
     drafter.sync(tokens.shape[0] - 1, hidden)
     drafter.propose(tokens, 1, greedy)  # fills the draft's cache with the prompt, untimed
     times = []
     for r in range(repeats + 2):  # two warm-up rounds
         drafter.sync(tokens.shape[0] - rows, hidden)  # forget the last rows: each round feeds them again
+        if after_target:
+            lm.rollback(tokens.shape[0] - 1)
+            lm.logits(tokens, keep=1)
         t0 = start_timer(ids.device)
         drafter.propose(tokens, 1, greedy)
         if r >= 2:
@@ -254,6 +262,7 @@ def calibrate(target, drafter, ids: torch.Tensor, n_tokens: int = 16) -> Costs: 
     draft_s = draft_pass_seconds(target, drafter, ids)
     t1 = (t[1] + pass_seconds(target, [1], ids.shape[1] + n_tokens // 2, repeats=5)[1]) / 2
     c_pass = draft_s / t1
+    c_first = draft_pass_seconds(target, drafter, ids, after_target=True) / t1  # the iteration's first pass
     # c_row too: fitted, it is nearly collinear with h_node (a bigger tree has more nodes and more draft rows)
     wide = min(4, ids.shape[1] - 1)
     c_row = max(draft_pass_seconds(target, drafter, ids, rows=wide) - draft_s, 0.0) / max(wide - 1, 1) / t1
@@ -274,14 +283,14 @@ def calibrate(target, drafter, ids: torch.Tensor, n_tokens: int = 16) -> Costs: 
             extra_rows = max((kept if passes else 0) + extra - passes, 0.0)
             if i >= 2 and (s.tree is None or s.tree.size == rows_per_pass(method)):  # whole trees only
                 rest.append(dt / step - float(np.interp(r, ks, prices)) - passes * c_pass
-                            - c_row * extra_rows)
+                            - (max(c_first - c_pass, 0.0) if passes else 0.0) - c_row * extra_rows)
     points = [(float(sampled), float(rows_per_pass(method)) if isinstance(method, TreeBudget) else 0.0,
                statistics.median(rest))  # the median of all rounds' iterations: robust to a burst of work
               for (method, sampled), rest in rests.items() if rest]
     h0, h_s, h_node, h_node_s = fit_loop_costs(points)
     other = load.other_cores() if ids.device.type == "cpu" else float("nan")
     return Costs(verify, c_pass, c_row, h0, h_s, statistics.median(steps), machine_key(target, drafter),
-                 torch.get_num_threads(), n_cores(), other, h_node, h_node_s)
+                 torch.get_num_threads(), n_cores(), other, h_node, h_node_s, c_first)
 
 
 def monotone(values: list[float]) -> list[float]:
@@ -449,7 +458,8 @@ class Choice:
         text = (f"default method: {g} greedy (predicted {pg:.2f}×), {s} when sampling (predicted {ps:.2f}×); "
                 f"from this machine's t(k)/t(1) = {c.verify_cost(2):.2f} (k=2), "
                 f"{c.verify_cost(5):.2f} (k=5), {c.verify_cost(13):.2f} (k=13), "
-                f"draft pass c₁ = {c.c_pass:.3f}, loop overhead h₀ = {c.h0:.3f} "
+                f"draft pass c₁ = {c.c_pass:.3f} ({max(c.c_first, c.c_pass):.3f} right after the target's), "
+                f"loop overhead h₀ = {c.h0:.3f} "
                 f"(+ {c.h_node:.3f} per tree node; when sampling + {c.h_sampled:.3f} "
                 f"+ {c.h_node_sampled:.3f} per node), "
                 "and the head's recorded τ per method\n"
