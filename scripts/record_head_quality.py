@@ -1,6 +1,6 @@
 """Record the shipped feature head's quality beside its weights: the input of the default-method choice.
 
-    python scripts/record_head_quality.py [--prompts 12] [--tokens 64]
+    python scripts/record_head_quality.py [--prompts 12] [--tokens 64] [--samples 3]
         [--out specdec_ref/models/weights/feature_draft]
 
 Writes quality.json: τ (new tokens per target pass) of every candidate method (`models.method.CANDIDATES`:
@@ -33,6 +33,8 @@ p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDes
 p.add_argument("--prompts", type=int, default=12)
 p.add_argument("--tokens", type=int, default=64)
 p.add_argument("--threads", type=int, default=1)
+p.add_argument("--samples", type=int, default=3,
+               help="runs of every prompt at T = 1 (one generator throughout): τ there is a random quantity")
 p.add_argument("--out", default=str(feature_draft.WEIGHTS_DIR))
 args = p.parse_args()
 torch.set_num_threads(args.threads)
@@ -42,11 +44,13 @@ target, draft, tok = sd.load_offline_pair(draft="feature")
 encoded = [sd.encode_chat(tok, q) for q in TUNING[:args.prompts]]
 methods = {method_name(m): (dict(tree=m) if isinstance(m, sd.TreeBudget) else dict(gamma=m))
            for m in CANDIDATES}
-quality = {"prompts": f"distill.prompts.TUNING[:{args.prompts}]", "max_new_tokens": args.tokens,
+quality = {"prompts": f"distill.prompts.TUNING[:{args.prompts}]", "samples_at_T=1": args.samples,
+           "max_new_tokens": args.tokens,
            "dtype": str(target.dtype).removeprefix("torch."), "date": time.strftime("%Y-%m-%d"), "tau": {},
            "alpha_per_position": {}}
 for name, sampling in (("greedy", sd.SamplingConfig(0)), ("T=1", sd.SamplingConfig(1.0))):
-    quality["tau"][name] = method_taus(target, draft, encoded, methods, args.tokens, sampling, 0,
+    runs = encoded * (1 if sampling.greedy else args.samples)  # greedy runs are all alike
+    quality["tau"][name] = method_taus(target, draft, runs, methods, args.tokens, sampling, 0,
                                        tok.eos_token_id)
     print(name, {k: round(v, 3) for k, v in quality["tau"][name].items()}, f"{time.time() - t0:.0f} s",
           flush=True)
