@@ -57,7 +57,8 @@ def test_draft_passes_after_target_follow_a_target_pass_each():
     plain = len(calls)
     calls.clear()
     mm.draft_pass_seconds(target, sd.ModelDrafter(draft), ids, repeats=3, after_target=True)
-    assert len(calls) == plain + 3 + 2  # one target pass before each timed pass, warm-up rounds included
+    assert plain == 0  # an LM draft needs no target pass
+    assert len(calls) == 1 + 3 + 2  # the prompt, then one before each pass, the 2 warm-up rounds included
 
 
 def test_a_tree_pays_its_bookkeeping_per_node_and_a_chain_none():

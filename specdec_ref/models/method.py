@@ -219,11 +219,12 @@ def draft_pass_seconds(target, drafter, ids: torch.Tensor, repeats: int = 5, row
     token, the draft's cache warm), for any drafter: a feature drafter first gets the target's features of the
     prompt. after_target: each timed pass follows a target pass (untimed), as the first draft pass of every
     iteration does; the target's weights stream through the caches and push the draft's out, so that pass
-    costs more than one that follows another draft pass (2.5 times for the offline head on a 2-core Zen 5)."""
-    tokens, greedy, hidden = ids[0], SamplingConfig(0), None
+    costs more than one that follows another draft pass (3 times for the offline head on a 2-core Zen 5)."""
+    tokens, greedy, hidden, lm = ids[0], SamplingConfig(0), None, None
     drafter.sync(0)
-    lm = cached_model(target, keep_hidden=drafter.wants_target_hidden, cache="auto")
-    lm.logits(tokens)
+    if drafter.wants_target_hidden or after_target:
+        lm = cached_model(target, keep_hidden=drafter.wants_target_hidden, cache="auto")
+        lm.logits(tokens)
     if drafter.wants_target_hidden:
         hidden = lm.hidden[:-1]  # [T-1, d]
     drafter.sync(tokens.shape[0] - 1, hidden)
