@@ -47,8 +47,7 @@ from .kernels import kernel_path
 
 Method = int | TreeBudget  # a chain of γ draft tokens, or an EAGLE-2 dynamic tree
 # the small trees first: where t(k) is flat only up to 3-4 rows (a 2-core CPU), 2-3 nodes is all a tree can
-# afford; one draft pass (depth 1) drafts the head's best two or three guesses for the next token. At T > 0 a
-# tree's children are drawn without replacement (tree.grow_tree), and 3/3/6 kept the most there
+# afford; one draft pass (depth 1) drafts the head's best two or three guesses for the next token
 CANDIDATES: tuple[Method, ...] = (1, 2, 3, 4, 5, 6, TreeBudget(1, 2, 2), TreeBudget(1, 3, 3),
                                   TreeBudget(2, 2, 3), TreeBudget(2, 2, 4), TreeBudget(3, 3, 6),
                                   TreeBudget(3, 3, 8), TreeBudget(4, 4, 12), TreeBudget(5, 4, 16))
@@ -217,22 +216,20 @@ def draft_pass_seconds(target, drafter, ids: torch.Tensor, repeats: int = 5, row
                        after_target: bool = False) -> float:  # ids [1, T]
     """Median seconds of one draft pass over `rows` new rows after the prompt (feeding them and proposing one
     token, the draft's cache warm), for any drafter: a feature drafter first gets the target's features of the
-    prompt. after_target: each timed pass follows a target pass (untimed), as the first draft pass of every
-    iteration does; the target's weights stream through the caches and push the draft's out, so that pass
-    costs more than one that follows another draft pass (3 times for the offline head on a 2-core Zen 5)."""
+    prompt. after_target: each timed pass follows a target pass, as an iteration's first draft pass does (the
+    target's weights push the draft's out of the caches: 3 times the cost, offline head, 2-core Zen 5)."""
     tokens, greedy, hidden, lm = ids[0], SamplingConfig(0), None, None
     drafter.sync(0)
     if drafter.wants_target_hidden or after_target:
         lm = cached_model(target, keep_hidden=drafter.wants_target_hidden, cache="auto")
         lm.logits(tokens)
-    if drafter.wants_target_hidden:
-        hidden = lm.hidden[:-1]  # [T-1, d]
+        hidden = lm.hidden[:-1] if drafter.wants_target_hidden else None  # [T-1, d]
     drafter.sync(tokens.shape[0] - 1, hidden)
     drafter.propose(tokens, 1, greedy)  # fills the draft's cache with the prompt, untimed
     times = []
     for r in range(repeats + 2):  # two warm-up rounds
         drafter.sync(tokens.shape[0] - rows, hidden)  # forget the last rows: each round feeds them again
-        if after_target:
+        if after_target:  # the target's pass over the newest token, untimed
             lm.rollback(tokens.shape[0] - 1)
             lm.logits(tokens, keep=1)
         t0 = start_timer(ids.device)
@@ -460,10 +457,8 @@ class Choice:
                 f"from this machine's t(k)/t(1) = {c.verify_cost(2):.2f} (k=2), "
                 f"{c.verify_cost(5):.2f} (k=5), {c.verify_cost(13):.2f} (k=13), "
                 f"draft pass c₁ = {c.c_pass:.3f} ({max(c.c_first, c.c_pass):.3f} right after the target's), "
-                f"loop overhead h₀ = {c.h0:.3f} "
-                f"(+ {c.h_node:.3f} per tree node; when sampling + {c.h_sampled:.3f} "
-                f"+ {c.h_node_sampled:.3f} per node), "
-                "and the head's recorded τ per method\n"
+                f"loop overhead h₀ = {c.h0:.3f} (+ {c.h_node:.3f} per tree node; when sampling + "
+                f"{c.h_sampled:.3f} + {c.h_node_sampled:.3f} per node), and the head's recorded τ by method\n"
                 "  override: speculative_generate(..., gamma=γ) or tree=sd.TreeBudget(depth, topk, n_nodes); "
                 "SPECDEC_CALIBRATE=0 skips the calibration")
         slower = plain_is_faster(pg, ps)
