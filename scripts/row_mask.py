@@ -6,7 +6,8 @@ PyTorch's CPU flash-attention kernel is slower for one query row without a mask 
 gives every one-row pass on a CPU its position and an all-visible mask. This times plain greedy decoding of
 the offline target both ways, round after round on the bench's prompts (the switch is `cache.ROW_MASK`, which
 SPECDEC_ROW_MASK=0 turns off), checks that both give the same tokens, and prints tokens/s per round and the
-median ratio as one JSON line.
+median ratio as one JSON line, with the attention kernel's time per layer for one row after 100 tokens, both
+ways (`torch.profiler`: the self time of every scaled-dot-product-attention operator, per call).
 """
 import argparse
 import json
@@ -43,6 +44,29 @@ for _ in range(args.rounds):
         rates[name].append(n / (time.perf_counter() - t0))
         tokens[name] = out
 same = all(torch.equal(a, b) for a, b in zip(tokens["no mask"], tokens["one-row mask"]))
+
+
+def attention_us_per_layer(row_mask: bool, context: int = 100, passes: int = 10) -> float:
+    """Mean self time (µs) of the attention operator in a one-row pass after `context` random tokens."""
+    from torch.profiler import ProfilerActivity, profile
+    cache.ROW_MASK = row_mask
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, target.config.vocab_size, (context + 1,), generator=g)
+    lm = cache.CachedModel(target)
+    with torch.inference_mode():
+        lm.logits(ids[:context], keep=1)
+        for _ in range(3):  # warm-up
+            lm.rollback(context)
+            lm.logits(ids, keep=1)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(passes):
+                lm.rollback(context)
+                lm.logits(ids, keep=1)
+    ops = [e for e in prof.key_averages() if "scaled_dot_product" in e.key and e.count]
+    return sum(e.self_cpu_time_total for e in ops) / max(sum(e.count for e in ops), 1)
+
+
+attention = {"no mask": attention_us_per_layer(False), "one-row mask": attention_us_per_layer(True)}
 ratio = statistics.median(m / u for m, u in zip(rates["one-row mask"], rates["no mask"]))
 print(json.dumps({"threads": args.threads, "dtype": str(target.dtype), "tokens_per_s": rates,
-                  "ratio_median": ratio, "same_tokens": same}))
+                  "ratio_median": ratio, "same_tokens": same, "attention_us_per_layer": attention}))
