@@ -63,7 +63,8 @@ def layer_features(hidden_states: tuple[torch.Tensor, ...], layers: tuple[int, .
     return torch.cat([hidden_states[i] for i in layers], dim=-1)
 
 
-ROW_MASK = os.environ.get("SPECDEC_ROW_MASK", "1") != "0"  # CachedModel.prepare: one new row gets a mask
+# CachedModel.prepare: does one new row on a CPU get a mask? "auto": in bfloat16 only; "1": always; "0": never
+ROW_MASK = os.environ.get("SPECDEC_ROW_MASK", "auto")
 
 
 class CachedModel:
@@ -122,12 +123,14 @@ class CachedModel:
     def prepare(self, new: torch.Tensor, kw: dict) -> tuple[torch.Tensor, dict]:  # [q] -> [q]
         """The pass's input ids and keyword arguments (a static cache adds positions, may pad the query).
 
-        One new token on a CPU gets its position and an explicit mask (it sees the whole cache): PyTorch's CPU
-        flash-attention kernel takes more than twice as long for one query row without a mask as with one
-        (59 against 24 µs per layer for SmolLM2-135M after 100 tokens, 2 cores of an AMD EPYC Zen 5), which
-        made plain decoding 5-8% slower there. SPECDEC_ROW_MASK=0 passes no mask.
+        One new bfloat16 token on a CPU gets its position and an explicit mask (it sees the whole cache):
+        PyTorch's CPU flash-attention kernel takes more than twice as long for one bfloat16 query row without
+        a mask as with one (54 against 20 µs per layer, SmolLM2-135M after 100 tokens, 2 cores of an AMD
+        EPYC Zen 5, `scripts/row_mask.py`), which made plain decoding 4-6% slower there; in float32 the mask
+        made attention slower (17 against 23 µs) and decoding no faster. SPECDEC_ROW_MASK=1 or 0 decides.
         """
-        if new.shape[0] == 1 and "attention_mask" not in kw and self.device.type == "cpu" and ROW_MASK:
+        wanted = ROW_MASK == "1" or (ROW_MASK == "auto" and self.dtype == torch.bfloat16)
+        if new.shape[0] == 1 and "attention_mask" not in kw and self.device.type == "cpu" and wanted:
             n = self.n_cached
             kw.update(position_ids=torch.tensor([[n]], device=new.device),
                       attention_mask=torch.zeros(1, 1, 1, n + 1, dtype=self.dtype, device=new.device))

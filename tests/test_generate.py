@@ -198,7 +198,7 @@ def test_one_new_row_gets_an_explicit_mask_and_the_same_logits(monkeypatch, keep
                         lambda *a, **kw: seen.append(kw.get("attention_mask")) or forward(*a, **kw))
 
     def decode(row_mask: bool) -> list[torch.Tensor]:
-        monkeypatch.setattr(cache_mod, "ROW_MASK", row_mask)
+        monkeypatch.setattr(cache_mod, "ROW_MASK", "1" if row_mask else "0")
         lm, out = cache_mod.CachedModel(model, keep_hidden=keep_hidden), []
         lm.logits(ids[:4], keep=1)
         for n in (5, 6, 7, 5, 6):  # one row at a time, with a rollback in between
@@ -213,3 +213,14 @@ def test_one_new_row_gets_an_explicit_mask_and_the_same_logits(monkeypatch, keep
         torch.testing.assert_close(a, b)
     if not keep_hidden:  # the body is called directly then; the mask reaches it the same way
         assert [m is not None for m in seen] == [False] + [True] * 5
+
+
+@pytest.mark.parametrize("dtype,expect", [(torch.bfloat16, True), (torch.float32, False)])
+def test_by_default_only_bfloat16_one_row_passes_get_the_mask(monkeypatch, dtype, expect):
+    """SPECDEC_ROW_MASK unset ("auto"): the mask where it was measured to help, bfloat16 on a CPU."""
+    from specdec_ref import cache as cache_mod
+    monkeypatch.setattr(cache_mod, "ROW_MASK", "auto")
+    lm = cache_mod.CachedModel(tiny_llama(16, hidden=32, n_layers=2).to(dtype))
+    lm.n_cached = 4
+    _, kw = lm.prepare(torch.tensor([3]), {})
+    assert ("attention_mask" in kw) == expect
