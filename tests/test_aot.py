@@ -22,10 +22,13 @@ def tiny(seed=0):
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """A tiny Llama and its package, built once for the module in a cache of its own."""
+    """A tiny Llama and its package, built once for the module in a cache of its own, and an Inductor cache of
+    its own: once, with the machine's shared one, a CI run built a package whose metadata was empty (most
+    likely a race in that cache, which the other pytest worker's compiles use too)."""
     cache = tmp_path_factory.mktemp("cache")
     mp = pytest.MonkeyPatch()
     mp.setenv("SPECDEC_CACHE", str(cache))
+    mp.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.mktemp("inductor")))
     model = tiny()
     # a package serves the thread count it was built at, and every test runs at one (conftest.py), but a
     # module fixture is set up before that function fixture: build at one thread explicitly
