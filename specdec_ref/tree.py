@@ -329,9 +329,12 @@ def grow_tree(root_token: int, root_logits: DraftLogits, expand: Expand, budget:
 
     At T > 0 the w children are drawn instead: a sample without replacement from q, the draft's distribution
     at the node (`logits_to_probs`, as for the target), in the order drawn (the Gumbel-top-k trick: the w
-    largest q(x) / E_x, E_x ~ Exp(1)), each scored by its path's log q but never above an earlier sibling.
-    So whatever is kept of a node's children is the first ones drawn, itself a sample without replacement,
-    which `verify_tree(..., replacement=False)` judges exactly. The tree then comes back with q's rows
+    largest q(x) / E_x, E_x ~ Exp(1)). The j-th child drawn is scored by its parent's score plus the log of
+    the j-th largest probability of q, whatever token it drew (`sibling_scores`): whether a child is kept
+    must not depend on the token it drew, or the kept children would no longer be draws from q (a child
+    scored by its own q(x) is kept more often when q(x) is large, and the output is biased). So what is kept
+    of a node's children is the first ones drawn, as many as their ranks earn, which
+    `verify_tree(..., replacement=False)` judges exactly. The tree then comes back with q's rows
     [n_nodes+1, V] (zero for the nodes without children).
     """
     g = GrowingTree([-1], [root_token], [0], [0.0])
@@ -349,8 +352,7 @@ def grow_tree(root_token: int, root_logits: DraftLogits, expand: Expand, budget:
             u = torch.rand(q.shape, generator=generator, device=q.device, dtype=q.dtype)
             e = u.neg_().log1p_().neg_().clamp_(min=torch.finfo(q.dtype).tiny)
             top = (q / e).topk(min(w, q.shape[-1]), dim=-1)
-            # [n, w] log q of each draw, never above an earlier sibling's (-inf: nothing left to draw)
-            logp = sibling_scores(q.gather(-1, top.indices).log()).tolist()
+            logp = sibling_scores(q, top.indices).tolist()  # [n, w] by rank (-inf: nothing left to draw)
             rows.update((v, (q[row], ids)) for row, v in enumerate(nodes))
         else:
             top = logits.topk(w, dim=-1)  # [n, w]
@@ -383,10 +385,11 @@ def grow_tree(root_token: int, root_logits: DraftLogits, expand: Expand, budget:
     return tree, [g.tokens[v] for v in keep], (draft_rows(keep, rows, vocab_size) if sampled else None)
 
 
-def sibling_scores(logq: torch.Tensor) -> torch.Tensor:  # [n, w] -> [n, w]
-    """Each drawn child's score: its log q, but never above a sibling drawn before it, so that keeping the
-    best-scored children of a node keeps the first ones drawn (still a sample without replacement)."""
-    return logq.cummin(-1).values
+def sibling_scores(q: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:  # [n, K], [n, w] -> [n, w]
+    """The score of the j-th child drawn at each node: log of the j-th largest probability of q there, not of
+    the token drawn (`grow_tree`). Non-increasing in j, so the best-scored children are the first drawn; and
+    blind to what was drawn, so that which of them are kept tells nothing about their tokens."""
+    return q.topk(drawn.shape[-1], dim=-1).values.log()
 
 
 def draft_rows(keep: list[int], rows: dict[int, tuple[torch.Tensor, torch.Tensor | None]],

@@ -505,9 +505,42 @@ def test_sampled_growth_keeps_the_first_children_drawn():
 def test_chi_square_rejects_sampled_growth_that_keeps_the_likeliest_children_drawn(monkeypatch):
     """Bug: siblings scored by their own log q, so pruning keeps the likeliest of those drawn, not the first:
     the kept children are no longer a sample without replacement from q."""
-    monkeypatch.setattr(tree_mod, "sibling_scores", lambda logq: logq)
+    monkeypatch.setattr(tree_mod, "sibling_scores", lambda q, drawn: q.gather(-1, drawn).log())
     counts, q = _kept_first_child_counts()
     assert chi_square_gof(counts, q).rejects(SIGNIFICANCE)
+
+
+def _pruned_root_counts(n: int = 10000, seed: int = 0):
+    """A depth-3 tree of width 2 cut to 3 nodes at T = 1, grown and walked n times against one target row at
+    every node: the first emitted token must follow that row. The root's second child competes for the cut
+    with its first child's children, so a score that looks at the token drawn biases which survive."""
+    root = torch.tensor([1.0, 0.8, 0.2, -0.5, -1.0], dtype=torch.float64)  # the draft's q at the root
+    child = torch.tensor([1.6, 0.2, 0.0, -1.0, -1.0], dtype=torch.float64)  # and at every other node
+    p = torch.tensor([0.05, 0.15, 0.45, 0.2, 0.15], dtype=torch.float64)  # the target's row at every node
+    g, counts = torch.Generator().manual_seed(seed), Counter()
+    for _ in range(n):
+        tree, tokens, rows = tree_mod.grow_tree(9, root, lambda t, nodes: torch.stack([child] * len(nodes)),
+                                                sd.TreeBudget(depth=3, topk=2, n_nodes=3), T1, g)
+        path, nxt = verify_tree(tree, torch.tensor(tokens), torch.stack([p] * (tree.size + 1)), rows, g,
+                                replacement=False)
+        counts[tokens[path[0]] if path else int(nxt)] += 1
+    return counts, probs_to_dict(p)
+
+
+def test_a_pruned_sampled_tree_emits_the_target_distribution():
+    counts, p = _pruned_root_counts()
+    result = chi_square_gof(counts, p)
+    assert not result.rejects(SIGNIFICANCE), str(result)
+
+
+def test_chi_square_rejects_pruning_that_scores_a_child_by_the_token_it_drew(monkeypatch):
+    """Bug (shipped for an hour): children scored by their own log q, kept in draw order (a running minimum).
+    A child with a likely token then survives the cut more often, and the walk, which takes it for a plain
+    draw from q, emits too much of the likely tokens."""
+    monkeypatch.setattr(tree_mod, "sibling_scores",
+                        lambda q, drawn: q.gather(-1, drawn).log().cummin(-1).values)
+    counts, p = _pruned_root_counts()
+    assert chi_square_gof(counts, p).rejects(SIGNIFICANCE)
 
 
 def test_sampled_growth_draws_distinct_children_from_the_support_only():
