@@ -31,7 +31,6 @@ torch.set_num_threads(args.threads)
 import specdec_ref as sd  # noqa: E402
 from specdec_ref.chapters.production import sampled_children_kept  # noqa: E402
 from specdec_ref.distill.prompts import EVALUATION  # noqa: E402
-from specdec_ref.tree import Tree, verify_tree  # noqa: E402
 
 target, draft, tok = sd.load_offline_pair(draft="feature")
 rows = []
@@ -49,21 +48,12 @@ for i, prompt in enumerate(EVALUATION[:args.prompts]):
 chosen = rows[::max(1, len(rows) // args.positions)][:args.positions]
 
 
-def iid_kept(p, q, k, n, seed=0):  # k i.i.d. draws from q, SpecInfer's walk (verify_tree, replacement=True)
-    g, tree = torch.Generator().manual_seed(seed), Tree.from_branching((k,))
-    p_rows, q_rows = torch.stack([p] * (k + 1)), torch.stack([q] + [torch.zeros_like(q)] * k)
-    kept = 0
-    for _ in range(n):
-        kids = torch.multinomial(q, k, replacement=True, generator=g)
-        kept += bool(verify_tree(tree, torch.cat([kids[:1], kids]), p_rows, q_rows, g)[0])
-    return kept / n
-
-
 result = {"positions": len(chosen), "of": len(rows), "draws": args.draws, "by_k": {}}
 for k in (1, 2, 3, 4):
     result["by_k"][k] = {
         "top-k point masses": statistics.mean(float(p[q.topk(k).indices].sum()) for p, q in chosen),
-        "i.i.d. (SpecInfer)": statistics.mean(iid_kept(p, q, k, args.draws) for p, q in chosen),
+        "i.i.d. (SpecInfer)": statistics.mean(sampled_children_kept(p, q, k, args.draws, replacement=True)
+                                              for p, q in chosen),
         "without replacement": statistics.mean(sampled_children_kept(p, q, k, args.draws) for p, q in chosen)}
     print(k, {name: round(v, 3) for name, v in result["by_k"][k].items()}, flush=True)
 print(json.dumps(result))

@@ -230,16 +230,17 @@ def breakeven_batch(costs: Costs, draft_costs: Costs, alpha: float, gamma: int) 
 # ---------------------------------------------------------------------------------------------
 
 def sampled_children_kept(target_row: torch.Tensor, draft_row: torch.Tensor, k: int, n: int = 2000,
-                          seed: int = 0) -> float:  # [V], [V] -> probability
-    """How often a node whose k children are drawn from draft_row without replacement keeps one of them: n
-    draws, each judged by the loop's own walk (`verify_tree(..., replacement=False)`), with a fixed seed."""
+                          seed: int = 0, replacement: bool = False) -> float:  # [V], [V] -> probability
+    """How often a node whose k children are drawn from draft_row without replacement (or i.i.d., SpecInfer's
+    rule) keeps one of them: n draws, each judged by the loop's own walk (`verify_tree`), with a fixed
+    seed."""
     g = torch.Generator(device=target_row.device).manual_seed(seed)
     tree, p, q = Tree.from_branching((k,)), target_row.double(), draft_row.double()
     rows, q_rows = torch.stack([p] * (k + 1)), torch.stack([q] + [torch.zeros_like(q)] * k)  # [k+1, V] each
     kept = 0
     for _ in range(n):
-        children = torch.multinomial(q, k, replacement=False, generator=g)  # [k], in the order drawn
-        path, _ = verify_tree(tree, torch.cat([children[:1], children]), rows, q_rows, g, replacement=False)
+        children = torch.multinomial(q, k, replacement=replacement, generator=g)  # [k], in the order drawn
+        path, _ = verify_tree(tree, torch.cat([children[:1], children]), rows, q_rows, g, replacement)
         kept += bool(path)
     return kept / n
 
