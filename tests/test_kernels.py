@@ -7,6 +7,8 @@ import torch
 from torch import nn
 
 import specdec_ref as sd
+from specdec_ref.cache import additive_mask
+from specdec_ref.models import kernels
 from specdec_ref.models.kernels import (PrepackedLinear, kernel_path, prepack_available, prepack_for_cpu,
                                         unpack)
 from specdec_ref.models.toy import tiny_llama
@@ -108,3 +110,57 @@ def test_real_pair_prepacked_matches_plain_and_every_drafter_stays_greedy_exact(
         got = sd.speculative_generate(target, drafter, ids, 24, tree=sd.TreeBudget(3, 3, 8),
                                       sampling=GREEDY).tokens.tolist()
         assert got == want, f"{name} (dynamic tree)"
+
+
+def _gqa_llama(n_layers: int = 2):  # 6 query heads on 2 key heads, as SmolLM2 groups 9 on 3
+    from transformers import LlamaConfig, LlamaForCausalLM
+    config = LlamaConfig(vocab_size=32, hidden_size=48, intermediate_size=64, num_hidden_layers=n_layers,
+                         num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=64,
+                         bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config).eval()
+
+
+def _tree_pass_logits(model, ids: list[int], new: list[int], allowed: torch.Tensor) -> torch.Tensor:
+    """Prefill ids, then one pass of `new` with its own mask rows (allowed [q, q] among the new rows)."""
+    lm = sd.CachedModel(model)
+    context = torch.tensor(ids + new)
+    with torch.inference_mode():
+        lm.logits(torch.tensor(ids))
+        rows = torch.cat([torch.ones(len(new), len(ids), dtype=torch.bool), allowed], 1)  # [q, n + q]
+        mask = additive_mask(rows, torch.float32)[None, None]
+        depth = allowed.sum(1) - 1  # a row's position: its prefix's length
+        return lm.logits(context, position_ids=len(ids) + depth, attention_mask=mask)
+
+
+def test_grouped_attention_is_chosen_on_a_cpu_for_grouped_heads_and_opted_out_with_the_prepack():
+    assert prepack_for_cpu(_gqa_llama(), True).config._attn_implementation == kernels.GROUPED
+    assert prepack_for_cpu(_gqa_llama(), False).config._attn_implementation == "sdpa"
+    ungrouped = tiny_llama(16, seed=0, hidden=32, dtype=torch.float32)  # 2 query heads on 2 key heads
+    assert prepack_for_cpu(ungrouped, True).config._attn_implementation == "sdpa"
+
+
+def test_grouped_attention_gives_hugging_faces_logits_for_chains_and_trees_and_a_wrong_grouping_is_caught(
+        monkeypatch):
+    plain = _gqa_llama()
+    grouped = prepack_for_cpu(copy.deepcopy(plain), True)
+    ids, new = [3, 1, 4, 1, 5, 9, 2], [6, 5, 3, 5]
+    causal = torch.tril(torch.ones(4, 4, dtype=torch.bool))
+    tree = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.bool)
+    with torch.inference_mode():  # a chain pass: Hugging Face's own causal mask over the cache
+        lm_a, lm_b = sd.CachedModel(plain), sd.CachedModel(grouped)
+        lm_a.logits(torch.tensor(ids)), lm_b.logits(torch.tensor(ids))
+        want = lm_a.logits(torch.tensor(ids + new))
+        torch.testing.assert_close(lm_b.logits(torch.tensor(ids + new)), want, atol=1e-5, rtol=1e-5)
+    for allowed in (causal, tree):
+        want = _tree_pass_logits(plain, ids, new, allowed)
+        torch.testing.assert_close(_tree_pass_logits(grouped, ids, new, allowed), want, atol=1e-5, rtol=1e-5)
+
+    def tiled(module, query, key, value, attention_mask, scaling=None, **kwargs):  # head h on h % 2: wrong
+        key, value = key.repeat(1, 3, 1, 1), value.repeat(1, 3, 1, 1)
+        out = nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
+                                                         scale=scaling)
+        return out.transpose(1, 2).contiguous(), None
+    monkeypatch.setitem(kernels.AttentionInterface._global_mapping, kernels.GROUPED, tiled)
+    got = _tree_pass_logits(grouped, ids, new, tree)
+    assert (got - _tree_pass_logits(plain, ids, new, tree)).abs().max() > 1e-3  # the comparison has power

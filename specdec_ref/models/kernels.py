@@ -16,6 +16,9 @@ import os
 
 import torch
 from torch import nn
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 _plain = False  # True inside `plain_path()`: every PrepackedLinear takes F.linear
 
@@ -108,11 +111,51 @@ def plain_path():
         _plain = before
 
 
+def grouped_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
+                      is_causal=None, **kwargs):  # query [b, H, q, d], key and value [b, H_kv, n, d]
+    """SDPA that reads each key/value head once for all the query heads that share it, for q > 1 rows.
+
+    Hugging Face's SDPA path copies the cache's keys and values H / H_kv times (`repeat_kv`) before
+    attention whenever a pass has a mask and more than one new row: every chain and tree pass of
+    speculative decoding. SmolLM2-135M has 9 query heads on 3 key heads; on 2 cores of an AMD EPYC Zen 5 in
+    bfloat16 the copy and the wider attention made a 4-row pass 3-5% slower than this (`enable_gqa`), with
+    bit-identical logits. One row, no mask, dropout, or a graph being compiled or exported: Hugging Face's
+    own.
+    """
+    groups = query.shape[1] // key.shape[1]
+    if (query.shape[2] == 1 or groups == 1 or attention_mask is None or dropout
+            or kwargs.get("position_bias") is not None or torch.compiler.is_compiling()
+            or torch.compiler.is_exporting()):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                      scaling=scaling, is_causal=is_causal, **kwargs)
+    out = nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
+                                                     scale=scaling, enable_gqa=True)  # [b, H, q, d]
+    return out.transpose(1, 2).contiguous(), None  # [b, q, H, d], as Hugging Face's
+
+
+GROUPED = "specdec_grouped_sdpa"
+AttentionInterface.register(GROUPED, grouped_attention)
+AttentionMaskInterface.register(GROUPED, sdpa_mask)  # the same masks as "sdpa"
+
+
+def group_attention_for_cpu(model: nn.Module) -> nn.Module:
+    """A CPU model on Hugging Face's SDPA with grouped key heads gets `grouped_attention`; return it."""
+    config, params = getattr(model, "config", None), next(model.parameters(), None)
+    kv_heads = getattr(config, "num_key_value_heads", None)
+    if (config is None or params is None or params.device.type != "cpu"
+            or getattr(config, "_attn_implementation", None) != "sdpa"
+            or kv_heads in (None, getattr(config, "num_attention_heads", 0))):
+        return model
+    model.set_attn_implementation(GROUPED)
+    return model
+
+
 def prepack_for_cpu(model: nn.Module, enabled: bool | None = None) -> nn.Module:
     """Swap every nn.Linear of a CPU model for a PrepackedLinear, in place; return the model.
 
-    enabled=None follows the environment (SPECDEC_PREPACK=0 turns it off). A model on any other device,
-    or a torch without oneDNN, is returned unchanged.
+    Its attention, if Hugging Face's SDPA over grouped key heads, reads each key head once for several rows
+    (`grouped_attention`). enabled=None follows the environment (SPECDEC_PREPACK=0 turns both off). A model
+    on any other device, or a torch without oneDNN, is returned unchanged.
     """
     enabled = os.environ.get("SPECDEC_PREPACK", "1") != "0" if enabled is None else enabled
     params = next(model.parameters(), None)
@@ -124,7 +167,7 @@ def prepack_for_cpu(model: nn.Module, enabled: bool | None = None) -> nn.Module:
                 setattr(module, name, PrepackedLinear(child))
         if hasattr(module, "prepack_weights"):  # a module that multiplies a weight itself (ReducedHead)
             module.prepack_weights()
-    return model
+    return group_attention_for_cpu(model)
 
 
 def unpack(model: nn.Module) -> nn.Module:

@@ -138,16 +138,17 @@ COST_MODEL = f"h0 + h_node (+ sampled), c_row and c_first measured, ordered t(k)
 
 
 def machine_key(target, drafter) -> str:
-    """What calibrated costs depend on: the processor, threads, dtype, models, torch and package versions,
-    and the compiled packages the passes run through (a new head package, `aot_head.HEAD_FORMAT`, prices its
-    pass anew)."""
+    """What calibrated costs depend on: processor, threads, dtype, models, torch and package versions, the
+    attention and compiled packages the passes run through (a new head package, `aot_head.HEAD_FORMAT`, is
+    priced anew)."""
     device = next(target.parameters()).device
     head = getattr(drafter, "head", None)
     head_package = getattr(head, "path", None)  # a compiled head (models.aot_head.CompiledHead): its package
     parts = [COST_MODEL, chip_name(device), device.type, str(torch.get_num_threads()), str(target.dtype),
              torch.__version__, package_version(), type(target).__name__,
              str(target.config.num_hidden_layers), str(target.config.hidden_size), type(drafter).__name__,
-             type(head).__name__, kernel_path(target), getattr(head_package, "name", "")]
+             type(head).__name__, kernel_path(target), getattr(head_package, "name", ""),
+             str(getattr(target.config, "_attn_implementation", ""))]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
