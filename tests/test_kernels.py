@@ -138,6 +138,9 @@ def test_grouped_attention_is_chosen_on_a_cpu_for_grouped_heads_and_opted_out_wi
     assert prepack_for_cpu(_gqa_llama(), False).config._attn_implementation == "sdpa"
     ungrouped = tiny_llama(16, seed=0, hidden=32, dtype=torch.float32)  # 2 query heads on 2 key heads
     assert prepack_for_cpu(ungrouped, True).config._attn_implementation == "sdpa"
+    drafter = nn.Module()  # a drafter that holds a Hugging Face body (as FeatureHead does)
+    drafter.body = _gqa_llama().model
+    assert prepack_for_cpu(drafter, True).body.config._attn_implementation == kernels.GROUPED
 
 
 def test_grouped_attention_gives_hugging_faces_logits_for_chains_and_trees_and_a_wrong_grouping_is_caught(

@@ -139,14 +139,18 @@ AttentionMaskInterface.register(GROUPED, sdpa_mask)  # the same masks as "sdpa"
 
 
 def group_attention_for_cpu(model: nn.Module) -> nn.Module:
-    """A CPU model on Hugging Face's SDPA with grouped key heads gets `grouped_attention`; return it."""
-    config, params = getattr(model, "config", None), next(model.parameters(), None)
-    kv_heads = getattr(config, "num_key_value_heads", None)
-    if (config is None or params is None or params.device.type != "cpu"
-            or getattr(config, "_attn_implementation", None) != "sdpa"
-            or kv_heads in (None, getattr(config, "num_attention_heads", 0))):
+    """Every Hugging Face model in a CPU model (itself, or a drafter's body) that runs SDPA over grouped key
+    heads gets `grouped_attention`; return the model."""
+    params = next(model.parameters(), None)
+    if params is None or params.device.type != "cpu":
         return model
-    model.set_attn_implementation(GROUPED)
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        kv_heads = getattr(config, "num_key_value_heads", None)
+        sdpa = getattr(config, "_attn_implementation", None) == "sdpa"
+        if (hasattr(module, "set_attn_implementation") and sdpa
+                and kv_heads not in (None, getattr(config, "num_attention_heads", 0))):
+            module.set_attn_implementation(GROUPED)  # its submodules share the config
     return model
 
 
