@@ -375,6 +375,11 @@ class FeatureDrafter:
         if self.cache is None:  # a compiled head (models.aot_head.CompiledHead) brings KV buffers of its own
             self.cache = self.head.new_cache() if hasattr(self.head, "new_cache") else DynamicCache()
         h, x = self.features[self.n_fed:T - 1], context_ids[self.n_fed + 1:T]  # [m, d], [m]
+        if x.shape[0] == 0 or h.shape[0] != x.shape[0]:  # a compiled head would die of 0 rows (SIGFPE)
+            raise ValueError(f"the head has fed {self.n_fed} of this context's {T - 1} pairs and has "
+                             f"{self.features.shape[0]} target features: nothing new to feed, or too few "
+                             "features; after each proposal call sync(n_kept, target_hidden) with the "
+                             "target's features of the kept tokens, then propose on a longer context")
         self.n_fed = T - 1
         self.calls += 1
         return self.head(h[None], x[None], self.cache)[0, -1]  # [1, m, d] -> [d]

@@ -366,6 +366,23 @@ def test_what_a_compiled_head_cannot_serve_is_refused_or_left_eager(built_head):
         aot_head.build_head(sd.prepack_for_cpu(FeatureHead(model)), options=FAST)
     with pytest.raises(ValueError, match="one sequence"):
         compiled(torch.randn(2, 1, head.fc.out_features), torch.tensor([[1], [2]]), compiled.new_cache())
+    d = head.fc.out_features  # no rows: the package would divide by zero and kill the process (SIGFPE)
+    with pytest.raises(ValueError, match="at least one row"):
+        compiled(torch.randn(1, 0, d), torch.zeros(1, 0, dtype=torch.long), compiled.new_cache())
+
+
+def test_proposing_again_with_nothing_new_to_feed_is_refused_with_the_fix(built_head):
+    model, head, compiled = built_head
+    ids = torch.randint(0, 40, (30,), generator=torch.Generator().manual_seed(2))
+    feats = model(input_ids=ids[None], output_hidden_states=True).hidden_states[-1][0]  # [30, d]
+    for drafter in (sd.FeatureDrafter(head), sd.FeatureDrafter(compiled)):
+        drafter.sync(30, feats)
+        drafter.propose(ids, 2, sd.SamplingConfig(0.0))
+        with pytest.raises(ValueError, match="sync"):  # no sync since: the compiled head got 0 rows (SIGFPE)
+            drafter.propose(ids, 2, sd.SamplingConfig(0.0))
+        drafter.sync(29, feats[:29])
+        drafter.sync(30, feats)  # back one token and forward again: one pair to feed, fine
+        drafter.propose(ids, 2, sd.SamplingConfig(0.0))
 
 
 def test_a_head_loaded_twice_finds_the_same_package(built, tmp_path):

@@ -202,6 +202,9 @@ class CompiledHead(nn.Module):
             return self.inner(hidden, next_tokens, cache, position_ids=position_ids,
                               attention_mask=attention_mask)
         q = next_tokens.shape[1]
+        if q == 0 or hidden.shape[:2] != next_tokens.shape:  # 0 rows: the package divides by zero (SIGFPE)
+            raise ValueError(f"a compiled head's pass takes as many features as tokens, at least one row; "
+                             f"got features {tuple(hidden.shape)} and tokens {tuple(next_tokens.shape)}")
         if hidden.shape[0] != 1 or (q > MAX_QUERY and position_ids is not None):
             raise ValueError(f"a compiled head's pass takes one sequence, and at most {MAX_QUERY} rows in a "
                              "tree pass; SPECDEC_AOT=0 runs the eager head")
