@@ -1,0 +1,79 @@
+"""Why the first draft pass of an iteration costs more than the others: caches, or idle threads?
+
+    PYTHONPATH=<checkout> python scripts/cold_draft_pass.py [--threads 2] [--repeats 30]
+
+Times one draft pass of the offline feature head (one new row fed, one token proposed, as `method.
+draft_pass_seconds` does) after each of: nothing (back to back), another draft pass, a target pass (what an
+iteration does), a pause of 1 or 5 ms (sleeping, or spinning in Python), and a stream through 400 MB of other
+memory (2 threads, or 1). Cases interleaved in a shuffled order with a fixed seed; medians in ms, one JSON
+line. If a plain memory stream costs the pass what the target's pass does, the cost is what the caches lost
+(weights, code, the allocator's and the interpreter's data), not the threads' wake-up.
+"""
+import argparse
+import json
+import random
+import statistics
+import time
+import warnings
+
+import torch
+
+p = argparse.ArgumentParser()
+p.add_argument("--threads", type=int, default=2)
+p.add_argument("--repeats", type=int, default=30)
+args = p.parse_args()
+warnings.filterwarnings("ignore")
+torch.set_num_threads(args.threads)
+import specdec_ref as sd  # noqa: E402
+from specdec_ref.cache import cached_model  # noqa: E402
+
+target, drafter, tok = sd.load_offline_pair()
+tokens = sd.encode_chat(tok, "Explain how a rainbow forms, step by step.")[0]  # [T]
+T, greedy = tokens.shape[0], sd.SamplingConfig(0)
+other = torch.zeros(100_000_000)  # 400 MB of float32 that no model uses
+
+
+def spin(seconds: float) -> None:
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        pass
+
+
+def stream(threads: int) -> None:
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    other.add_(1.0)
+    torch.set_num_threads(before)
+
+
+with torch.inference_mode():
+    lm = cached_model(target, keep_hidden=True, cache="auto")
+    lm.logits(tokens)
+    hidden = lm.hidden[:-1]  # [T - 1, d]
+    drafter.sync(0)
+    drafter.sync(T - 1, hidden)
+    drafter.propose(tokens, 1, greedy)
+
+    def draft_pass() -> float:
+        drafter.sync(T - 1, hidden)  # forget the newest pair: the pass feeds it again
+        start = time.perf_counter()
+        drafter.propose(tokens, 1, greedy)
+        return time.perf_counter() - start
+
+    def target_pass() -> None:
+        lm.rollback(T - 1)
+        lm.logits(tokens, keep=1)
+
+    before = {"back to back": lambda: None, "after a draft pass": draft_pass,
+              "after a target pass": target_pass, "after sleeping 1 ms": lambda: time.sleep(0.001),
+              "after sleeping 5 ms": lambda: time.sleep(0.005), "after spinning 5 ms": lambda: spin(0.005),
+              "after 400 MB streamed, 2 threads": lambda: stream(2),
+              "after 400 MB streamed, 1 thread": lambda: stream(1)}
+    times = {case: [] for case in before}
+    order = list(before) * (args.repeats + 2)
+    random.Random(0).shuffle(order)
+    for case in order:
+        before[case]()
+        times[case].append(draft_pass())
+print(json.dumps({"threads": args.threads, "dtype": str(target.dtype), "head": type(drafter.head).__name__,
+                  "draft_pass_ms": {c: round(statistics.median(v[2:]) * 1e3, 3) for c, v in times.items()}}))
