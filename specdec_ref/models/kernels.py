@@ -150,7 +150,10 @@ def group_attention_for_cpu(model: nn.Module) -> nn.Module:
         sdpa = getattr(config, "_attn_implementation", None) == "sdpa"
         if (hasattr(module, "set_attn_implementation") and sdpa
                 and kv_heads not in (None, getattr(config, "num_attention_heads", 0))):
-            module.set_attn_implementation(GROUPED)  # its submodules share the config
+            try:
+                module.set_attn_implementation(GROUPED)  # its submodules share the config
+            except (ValueError, KeyError, NotImplementedError):  # a class that allows only its own kernels
+                pass
     return model
 
 
