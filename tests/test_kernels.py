@@ -141,6 +141,7 @@ def test_grouped_attention_is_chosen_on_a_cpu_for_grouped_heads_and_opted_out_wi
     drafter = nn.Module()  # a drafter that holds a Hugging Face body (as FeatureHead does)
     drafter.body = _gqa_llama().model
     assert prepack_for_cpu(drafter, True).body.config._attn_implementation == kernels.GROUPED
+    assert unpack(prepack_for_cpu(_gqa_llama(), True)).config._attn_implementation == "sdpa"
 
 
 def test_grouped_attention_gives_hugging_faces_logits_for_chains_and_trees_and_a_wrong_grouping_is_caught(

@@ -189,6 +189,8 @@ def unpack(model: nn.Module) -> nn.Module:
                 setattr(module, name, plain)
         if getattr(module, "packed", None) is not None and isinstance(module.packed, PackedWeight):
             module.packed = None
+        if getattr(getattr(module, "config", None), "_attn_implementation", None) == GROUPED:
+            module.set_attn_implementation("sdpa")
     return model
 
 
