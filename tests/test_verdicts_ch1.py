@@ -180,3 +180,19 @@ def test_compiled_verdict_follows_the_seconds_and_the_ratios():
     assert "CUDA graphs" in no_compiled_note("cuda")
     off = no_compiled_note("cpu", "/x.pt2", switched_off=True)
     assert "SPECDEC_AOT=0" in off and "python -m specdec_ref compile" not in off
+
+
+def test_grouped_verdict_follows_the_measured_costs():
+    from specdec_ref.chapters.verdicts.ch1 import grouped_verdict
+    copied = {1: 1.0, 4: 1.10}
+    cut = grouped_verdict(copied, {1: 1.0, 4: 1.04})
+    assert "cut the cost of scoring 4 tokens from 1.10× to 1.04×" in cut
+    assert "made no difference" in grouped_verdict(copied, {1: 1.0, 4: 1.09})
+    assert "dearer" in grouped_verdict(copied, {1: 1.0, 4: 1.20})
+
+
+def test_no_grouped_note_names_the_reason():
+    from specdec_ref.chapters.verdicts.ch1 import no_grouped_note
+    assert "CPU models only" in no_grouped_note("cuda", True)
+    assert "as many key/value heads" in no_grouped_note("cpu", False)
+    assert "not Hugging Face's SDPA" in no_grouped_note("cpu", True)

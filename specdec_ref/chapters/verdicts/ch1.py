@@ -47,9 +47,11 @@ def no_repack_note(here: str, device_type: str) -> str:
             "to compare here. The lone-product timing above is this device's test of its kernels.")
 
 
-def packing_logits_verdict(max_diff: float, max_logit: float, rel: float = 1e-4) -> str:
-    """Appendix: do the prepacked and the plain model give the same logits up to float rounding?
-    max_diff: the largest absolute difference; max_logit: the largest absolute logit (the scale)."""
+def packing_logits_verdict(max_diff: float, max_logit: float, rel: float = 1e-4,
+                           kernel: str = "the packed kernel") -> str:
+    """Appendix: do two kernels (the prepacked and the plain model, or two attentions) give the same logits
+    up to float rounding? max_diff: the largest absolute difference; max_logit: the largest absolute logit
+    (the scale); kernel: how the sentence names the second one."""
     if max_logit <= 0:
         raise ValueError(f"max_logit must be > 0 (the logits' scale), got {max_logit}")
     size = (f"the largest logit difference between the two is {max_diff:.1e}, against logits up to "
@@ -57,7 +59,7 @@ def packing_logits_verdict(max_diff: float, max_logit: float, rel: float = 1e-4)
     if max_diff <= rel * max_logit:
         return f"On the same tokens {size}: the same logits up to float rounding."
     return (f"On the same tokens {size}, more than {rel:g} of their scale: more than float rounding, so "
-            "the packed kernel computes something else here.")
+            f"{kernel} computes something else here.")
 
 
 def one_pass_verdict(one_pass: float, sequential: float, k: int = 8, flat: float = 1.25) -> str:
@@ -302,3 +304,31 @@ def no_compiled_note(device_type: str, path: str | None = None, switched_off: bo
     return (f"This machine has no compiled pass for this dtype and thread count{where}: "
             "`python -m specdec_ref compile` builds one in a few minutes, once, and this section then "
             "measures it against the eager pass.")
+
+
+def grouped_verdict(copied: Mapping[int, float], grouped: Mapping[int, float], k: int = 4,
+                    margin: float = 0.02) -> str:
+    """Appendix: what reading each key/value head once (`kernels.grouped_attention`) does to a pass over k
+    rows. copied, grouped: t(k)/t(1) by k, with Hugging Face's copied heads and with the grouped read."""
+    c, g = copied[k], grouped[k]
+    side = compare(g, c, margin)
+    if side == "lower":
+        return (f"Reading each key head once cut the cost of scoring {k} tokens from {c:.2f}× to {g:.2f}× "
+                "one token: the copies of the cache were a real part of what the extra rows cost here.")
+    if side == "level":
+        return (f"Reading each key head once made no difference beyond {margin:.0%} here ({c:.2f}× against "
+                f"{g:.2f}× one token for {k} tokens): attention is a small part of this pass.")
+    return (f"Reading each key head once made scoring {k} tokens dearer here ({g:.2f}× against {c:.2f}× one "
+            "token with the copies): this build's attention kernel handles grouped heads worse than copies.")
+
+
+def no_grouped_note(device_type: str, grouped_heads: bool) -> str:
+    """Appendix: why the grouped-attention comparison did not run (a fact about the model and loaders)."""
+    if device_type != "cpu":
+        return ("The loaders give grouped attention to CPU models only, so on this device the target keeps "
+                "Hugging Face's attention and there is nothing to compare.")
+    if not grouped_heads:
+        return ("This target has as many key/value heads as query heads, so there are no copies to avoid "
+                "and nothing to compare.")
+    return ("This target's attention is not Hugging Face's SDPA (or the loaders were told not to prepack "
+            "it), so it keeps its own attention and there is nothing to compare.")
