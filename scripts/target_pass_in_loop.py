@@ -29,6 +29,7 @@ torch.set_num_threads(args.threads)
 import specdec_ref as sd  # noqa: E402
 from specdec_ref import cache  # noqa: E402
 from specdec_ref.lab.bench import BENCH_PROMPTS  # noqa: E402
+from specdec_ref.tree import Tree, tree_attention_mask, tree_position_ids  # noqa: E402
 
 target, drafter, tok = sd.load_offline_pair()
 encoded = [sd.encode_chat(tok, q) for q in BENCH_PROMPTS[:args.prompts]]
@@ -68,10 +69,9 @@ with torch.inference_mode():
     hidden = lm.hidden
     drafter.sync(0)
     drafter.sync(n, hidden)
-    allowed = torch.ones(4, n + 4, dtype=torch.bool)  # a root, two children, one grandchild under the first
-    allowed[:, n:] = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.bool)
-    mask = cache.additive_mask(allowed, lm.dtype)[None, None]
-    positions = torch.tensor([n, n + 1, n + 1, n + 2])
+    shape = Tree((-1, 0, 0, 1))  # the newest token, two children, a grandchild under the first: rows n..n + 3
+    mask = tree_attention_mask(shape, n + 1, n, n + 4, lm.dtype)  # the loop's own mask and positions
+    positions = tree_position_ids(shape, n + 1, n, n + 4)
 
     def draft_tree() -> None:
         drafter.sync(n - 1, hidden[:n - 1])
