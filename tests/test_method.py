@@ -139,6 +139,8 @@ def steady_machine(monkeypatch, factor: float = 1.0, other_load: float = 0.0) ->
     other processes use `other_load` cores meanwhile (nothing else runs, by default, whatever the test
     machine is doing)."""
     monkeypatch.setattr(mm, "current_step_seconds", lambda target, ids: factor * steady_machine.step)
+    # and t(5)/t(1) where the costs priced it (a tiny model's passes are too short to judge it by timing)
+    monkeypatch.setattr(mm, "current_shape", lambda target, ids: steady_machine.shape)
     monkeypatch.setattr(mm.LoadMeter, "other_cores", lambda self: other_load)
     # a tiny model's passes take microseconds, so a busy test machine can make any t(k)/t(1) look impossible
     monkeypatch.setattr(mm, "impossible_verification", lambda costs: None)
@@ -146,7 +148,7 @@ def steady_machine(monkeypatch, factor: float = 1.0, other_load: float = 0.0) ->
 
     def calibrate(*args, **kwargs):
         costs = real(*args, **kwargs)
-        steady_machine.step = costs.step_seconds
+        steady_machine.step, steady_machine.shape = costs.step_seconds, costs.verify_cost(mm.SHAPE_K)
         return costs
     monkeypatch.setattr(mm, "calibrate", calibrate)
 
@@ -210,6 +212,31 @@ def test_cached_costs_are_measured_again_when_the_machine_changed_speed(pair, tm
     steady_machine.step = saved["step_seconds"]  # the machine back at the first calibration's speed
     path.write_text(json.dumps({**saved, "h0": 123.0, "step_seconds": saved["step_seconds"] * 1.2}))
     assert mm.calibrated_costs(target, drafter, ids).h0 == 123.0  # power: within STEADY it is reused
+
+
+def test_cached_costs_are_measured_again_when_verification_got_steeper_or_flatter(pair, monkeypatch, capsys):
+    """The same plain step, but t(5)/t(1) moved: the trees' prices changed, so the costs are measured again."""
+    target, drafter = pair
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    steady_machine(monkeypatch)
+    path = mm.cache_path(mm.machine_key(target, drafter))
+    mm.calibrated_costs(target, drafter, ids)
+    saved = json.loads(path.read_text())
+    path.write_text(json.dumps({**saved, "h0": 123.0}))
+    priced = steady_machine.shape
+    for moved in (priced + 2 * mm.SHAPE, priced - 2 * mm.SHAPE):
+        steady_machine.shape = moved
+        assert mm.calibrated_costs(target, drafter, ids).h0 != 123.0
+        assert "5-row target pass now costs" in capsys.readouterr().err
+        path.write_text(json.dumps({**saved, "h0": 123.0}))
+    steady_machine.shape = priced + mm.SHAPE / 2  # power: within SHAPE the cached costs are reused
+    assert mm.calibrated_costs(target, drafter, ids).h0 == 123.0
+
+
+def test_current_shape_times_a_five_row_pass_against_a_one_row_pass(pair):
+    target, _ = pair
+    shape = mm.current_shape(target, torch.tensor([[1, 2, 3, 4, 5]]))
+    assert 0.2 < shape < 20  # a ratio of two pass times of the same model, not seconds
 
 
 def test_a_calibration_the_machine_drifted_under_is_used_but_not_cached(pair, tmp_path, monkeypatch, capsys):

@@ -30,7 +30,6 @@ import json
 import os
 import statistics
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -44,6 +43,7 @@ from ..generate import Step, autoregressive_generate, rows_per_pass, speculative
 from ..sampling import SamplingConfig
 from ..tree import TreeBudget
 from .kernels import kernel_path
+from .machine_load import LoadMeter, n_cores  # noqa: F401  (n_cores: read as method.n_cores too)
 
 Method = int | TreeBudget  # a chain of γ draft tokens, or an EAGLE-2 dynamic tree
 # the small trees first: where t(k) is flat only up to 3-4 rows (a 2-core CPU), 2-3 nodes is all a tree can
@@ -320,37 +320,6 @@ def fit_loop_costs(points: list[tuple[float, float, float]]) -> tuple[float, flo
     return h0, h_s, h_node, h_node_s
 
 
-def n_cores() -> int:
-    """The cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def busy_seconds() -> float | None:
-    """CPU seconds the whole machine has been busy since boot, from /proc/stat (None where there is none)."""
-    try:
-        with open("/proc/stat") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    user, nice, system, idle, iowait, irq, softirq = (fields + [0] * 7)[:7]
-    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
-
-
-class LoadMeter:
-    """How much CPU other processes use while this one measures: the machine's busy time (/proc/stat) less
-    this process's own, over the wall time."""
-
-    def __init__(self):
-        self.busy, self.own, self.wall = busy_seconds(), time.process_time(), time.perf_counter()
-
-    def other_cores(self) -> float:  # cores' worth of CPU that other processes used; nan where unknown
-        busy = busy_seconds()
-        if busy is None or self.busy is None:
-            return float("nan")
-        others = (busy - self.busy) - (time.process_time() - self.own)
-        return max(others, 0.0) / max(time.perf_counter() - self.wall, 1e-9)
-
-
 SHARED = 0.25  # cores' worth of other processes' work beyond the free cores that marks a shared machine
 
 
@@ -390,6 +359,7 @@ def cache_path(key: str) -> Path:
 
 
 STEADY = 0.3  # cached costs stand while the plain loop's step is within 30% of the step they were measured at
+SHAPE_K, SHAPE = 5, 0.05  # ... and while t(5)/t(1) measured now is within 0.05 of the price they give it
 
 
 @torch.inference_mode()
@@ -401,13 +371,23 @@ def current_step_seconds(target, ids: torch.Tensor) -> float:  # ids [1, T]
     return loop_step_seconds(target, ids, 8)
 
 
+def current_shape(target, ids: torch.Tensor) -> float:  # ids [1, T]
+    """t(SHAPE_K)/t(1) right now, from five interleaved rounds of the two passes (a fifth of a second on a
+    2-core CPU): the check on the cached prices of verification."""
+    t = pass_seconds(target, [1, SHAPE_K], ids.shape[1] + 8, repeats=5)
+    return t[SHAPE_K] / t[1]
+
+
 def calibrated_costs(target, drafter, ids: torch.Tensor, *, refresh: bool = False) -> Costs:
     """`calibrate` once per machine_key; later calls read the cached costs (SPECDEC_CACHE moves the cache).
 
     Costs are ratios, so they survive a machine that is busier or quieter than when they were measured, but
     not one whose speed moved a lot (a calibration under a heavy load prices a draft pass at 0.4 of a target
-    step, when it costs 0.06 on the quiet machine). So a cached calibration is checked against the plain
-    loop's step now and measured again when the two differ by more than STEADY; and a calibration whose own
+    step, when it costs 0.06 on the quiet machine), nor one whose verification got steeper or flatter: on one
+    2-core Zen 5 guest, t(5)/t(1) was 1.03 one afternoon and 1.12 two hours later, at the same t(1), and the
+    best tree changed with it. So a cached calibration is checked against the plain loop's step now and
+    against t(5)/t(1) now, and measured again when the step differs by more than STEADY or the ratio by more
+    than SHAPE; and a calibration whose own
     machine changed speed while it ran (the step after it against the step it measured), or that shared its
     cores with another job (`contention`: oversubscribed threads once priced t(2)/t(1) at 2.38 on a machine
     where it is 1.05), is used but not cached, with a warning that says how to get a sound one.
@@ -417,10 +397,15 @@ def calibrated_costs(target, drafter, ids: torch.Tensor, *, refresh: bool = Fals
         saved = json.loads(path.read_text())
         costs = Costs(**{**saved, "verify": {int(k): v for k, v in saved["verify"].items()}})
         drift = current_step_seconds(target, ids) / costs.step_seconds
-        if abs(drift - 1) <= STEADY:
-            return costs
-        print(f"calibration: a plain step now takes {drift:.2f}× the cached calibration's; measuring again",
-              file=sys.stderr)
+        if abs(drift - 1) > STEADY:
+            print(f"calibration: a plain step now takes {drift:.2f}× the cached calibration's; measuring "
+                  "again", file=sys.stderr)
+        else:
+            shape, priced = current_shape(target, ids), costs.verify_cost(SHAPE_K)
+            if abs(shape - priced) <= SHAPE:
+                return costs
+            print(f"calibration: a {SHAPE_K}-row target pass now costs {shape:.2f} one-row passes, the "
+                  f"cached calibration priced it at {priced:.2f}; measuring again", file=sys.stderr)
     costs = calibrate(target, drafter, ids)
     problem = contention(costs)
     if problem is not None:
