@@ -3,7 +3,10 @@
     python scripts/record_head_quality.py [--prompts 12] [--tokens 64] [--samples 3]
         [--out specdec_ref/models/weights/feature_draft]
 
-Writes quality.json: τ (new tokens per target pass) of every candidate method (`models.method.CANDIDATES`:
+Writes quality.json: the factor s on the head's logits when it samples (`draft_sharpness`: the s of
+`lab.coverage.SHARPNESS_GRID` with the highest acceptance at depth 1 along the target's answers sampled at
+T = 1, `lab.coverage.acceptance_by_sharpness`), then, drafting with it, τ (new tokens per target pass) of
+every candidate method (`models.method.CANDIDATES`:
 chains γ = 1..6 and the dynamic trees), greedy and at T = 1, on `distill.prompts.TUNING` (never on
 EVALUATION, where speedups are reported); α per draft position of a γ = 4 chain; and coverage@k per depth
 along the target's greedy answers (`lab.coverage`). None of it depends on the machine's speed, only on the
@@ -24,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import specdec_ref as sd  # noqa: E402
 from specdec_ref.distill.prompts import TUNING  # noqa: E402
 from specdec_ref.lab.compare import target_answers  # noqa: E402
-from specdec_ref.lab.coverage import coverage_by_depth  # noqa: E402
+from specdec_ref.lab.coverage import acceptance_by_sharpness, coverage_by_depth  # noqa: E402
 from specdec_ref.lab.diagnose import method_taus, position_acceptance  # noqa: E402
 from specdec_ref.models import feature_draft  # noqa: E402
 from specdec_ref.models.method import CANDIDATES, method_name  # noqa: E402
@@ -48,6 +51,15 @@ quality = {"prompts": f"distill.prompts.TUNING[:{args.prompts}]", "samples_at_T=
            "max_new_tokens": args.tokens,
            "dtype": str(target.dtype).removeprefix("torch."), "date": time.strftime("%Y-%m-%d"), "tau": {},
            "alpha_per_position": {}}
+sampled_answers = [(torch.cat([ids[0], sd.autoregressive_generate(
+    target, ids, args.tokens, sampling=sd.SamplingConfig(1.0), generator=torch.Generator().manual_seed(i),
+    eos_token_id=tok.eos_token_id).tokens]), ids.shape[1]) for i, ids in enumerate(encoded)]
+beta = acceptance_by_sharpness(target, getattr(draft.head, "inner", draft.head), sampled_answers)
+draft.sharpness = max(beta, key=beta.get)
+quality["draft_sharpness"] = {"s": draft.sharpness,
+                              "fitted_on": "the target's answers to these prompts at T = 1",
+                              "beta_at_depth_1_by_s": {str(s): round(b, 4) for s, b in beta.items()}}
+print("sharpness", draft.sharpness, {s: round(b, 4) for s, b in beta.items()}, flush=True)
 for name, sampling in (("greedy", sd.SamplingConfig(0)), ("T=1", sd.SamplingConfig(1.0))):
     runs = encoded * (1 if sampling.greedy else args.samples)  # greedy runs are all alike
     quality["tau"][name] = method_taus(target, draft, runs, methods, args.tokens, sampling, 0,

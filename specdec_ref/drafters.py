@@ -320,9 +320,15 @@ class FeatureDrafter:
     the first iteration proposes nothing: it is the target's prefill.
     """
     def __init__(self, head, default_gamma: int = 3, *, default_tree=None, defaults: dict | None = None,
-                 confidence_stop: float | None = None):
+                 confidence_stop: float | None = None, sharpness: float = 1.0):
         check_confidence_stop(confidence_stop)
+        if not (isinstance(sharpness, (int, float)) and 0 < sharpness < float("inf")):
+            raise ValueError(f"sharpness multiplies the head's logits before sampling: a positive finite "
+                             f"number (1: the head's own q; see quality.json), got {sharpness!r}")
         self.head, self.default_gamma, self.confidence_stop = head, default_gamma, confidence_stop
+        # q ∝ exp(sharpness · logits / T) when sampling: fitted once, so the head's q is as sharp as the
+        # target's p (scripts/draft_sharpness.py); greedy drafting ranks tokens and ignores it
+        self.sharpness = float(sharpness)
         self.default_tree = default_tree  # a TreeBudget: what speculative_generate runs when gamma is None
         # {"greedy": method, "sampled": method} chosen by measurement (models.method)
         self.defaults = defaults
@@ -354,7 +360,7 @@ class FeatureDrafter:
                 # the logits of the head's own K tokens (every other token's is -inf), ids ascending: ties
                 # and cumulative sums go in vocabulary order, as over all V
                 rows, ids = self.head.reduced_logits(f)  # [1, K], [K]
-                token, p = draw_among(rows[0], ids, self.vocab_size, sampling, generator)  # [1], [V]
+                token, p = draw_among(self.sharpness * rows[0], ids, self.vocab_size, sampling, generator)
                 probs.append(p)
                 unsure = self.confidence_stop is not None and rows[0].softmax(-1).max() < self.confidence_stop
             tokens.append(token)
@@ -395,6 +401,8 @@ class FeatureDrafter:
         # growth only ranks children: the head's own K-token vocabulary will do; a static tree needs
         # [k, V] rows
         scores = self.head.reduced_logits if isinstance(shape, TreeBudget) else self.head.logits
+        if not sampling.greedy and self.sharpness != 1.0:
+            scores = sharpened(scores, self.sharpness)
 
         def expand(g: GrowingTree, nodes: list[int]) -> torch.Tensor:  # -> [len(nodes), V]
             h = torch.stack([feature[g.parents[v]] for v in nodes])[None]  # [1, k, d] the parents' features
@@ -422,6 +430,14 @@ class FeatureDrafter:
             self.cache.crop(-(self.n_fed - (n_kept - 1)))
             self.n_fed = n_kept - 1
         self.features = target_hidden
+
+
+def sharpened(scores, sharpness: float):
+    """A head's scores (logits [k, V], or reduced ([k, K], ids)) times `sharpness`."""
+    def scaled(f: torch.Tensor):
+        out = scores(f)
+        return (sharpness * out[0], out[1]) if isinstance(out, tuple) else sharpness * out
+    return scaled
 
 
 class FallbackDrafter:

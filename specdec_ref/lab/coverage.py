@@ -66,3 +66,31 @@ def coverage_by_depth(target, head, sequences: list[tuple[torch.Tensor, int]], d
     by_depth = [{k: h / r if r else float("nan") for k, h in zip(ks, row)} for row, r in zip(hits, reached)]
     path = [{k: h / r if r else float("nan") for k, h in zip(ks, row)} for row, r in zip(path_hits, reached)]
     return Coverage(tuple(ks), by_depth, path, reached[0])
+
+
+SHARPNESS_GRID = (0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.5)  # the factors on the head's logits that `fit` tries
+
+
+@torch.inference_mode()
+def acceptance_by_sharpness(target, head, sequences: list[tuple[torch.Tensor, int]],
+                            scales: tuple[float, ...] = SHARPNESS_GRID) -> dict[float, float]:
+    """β = Σ_x min(p(x), q_s(x)) at depth 1, averaged along sequences [(ids [L], n_prompt)] (the target's
+    answers sampled at T = 1), for q_s = softmax(s · the head's logits), each s in `scales`: the chance that
+    a token drawn from q_s is kept (Leviathan et al. 2023). The head guesses every position from the target's
+    real features, as at the first draft position of an iteration."""
+    sums, n = {s: 0.0 for s in scales}, 0
+    for seq, n_prompt in sequences:
+        lm = CachedModel(target, keep_hidden=getattr(head, "fuse_layers", ()) or True)
+        target_logits = lm.logits(seq)  # [L, V]: row t - 1 is p for the token at t
+        hidden, cache, n_fed = lm.hidden, DynamicCache(), 0
+        for t in range(max(n_prompt, 2), seq.shape[0]):
+            f = head(hidden[n_fed:t - 1][None], seq[n_fed + 1:t][None], cache)[0, -1]  # [d] guess of h_{t-1}
+            n_fed = t - 1
+            rows, keep = head.reduced_logits(f[None])  # [1, K], [K]
+            p = target_logits[t - 1].float().softmax(-1)[keep]  # [K]; q is 0 off keep, so min is too
+            for s in scales:
+                sums[s] += float(torch.minimum(p, (s * rows[0].float()).softmax(-1)).sum())
+            n += 1
+    if n == 0:
+        raise ValueError("no answer positions to measure: give sequences longer than their prompts")
+    return {s: v / n for s, v in sums.items()}

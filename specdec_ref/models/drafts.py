@@ -88,4 +88,6 @@ def distilled_draft(target):
 
 def feature_draft(target):
     """The EAGLE-style feature drafter, as shipped (None where no feature-draft weights are installed)."""
-    return FeatureDrafter(_feature.load(target)) if _feature.available() else None
+    if not _feature.available():
+        return None
+    return FeatureDrafter(_feature.load(target), sharpness=_feature.recorded_sharpness())

@@ -209,3 +209,12 @@ def load(target, directory: Path | str | None = None) -> FeatureHead:
                          f"missing {missing}, unexpected {unexpected}")
     head.head.sub_weight.data.copy_(target.get_output_embeddings().weight.detach()[head.head.keep_ids])
     return head.eval()
+
+
+def recorded_sharpness(directory: Path | str | None = None) -> float:
+    """The factor on the head's logits when it samples (`FeatureDrafter(sharpness=...)`), fitted on the tuning
+    prompts and kept in its quality.json (`scripts/record_head_quality.py`); 1.0 where none is recorded."""
+    path = Path(directory if directory is not None else WEIGHTS_DIR) / "quality.json"
+    if not path.exists():
+        return 1.0
+    return float(json.loads(path.read_text()).get("draft_sharpness", {}).get("s", 1.0))

@@ -132,7 +132,7 @@ def load_offline_pair(device: torch.device | str | None = None, dtype: torch.dty
         if device.type == "cpu":  # the head's compiled pass, where `python -m specdec_ref compile` built one
             from . import aot_head
             head = aot_head.attach_head(head)
-        drafter = FeatureDrafter(head, default_gamma=2)
+        drafter = FeatureDrafter(head, default_gamma=2, sharpness=feature_draft.recorded_sharpness())
         if choose_method:
             from .method import default_methods
             drafter.defaults = default_methods(target, drafter, tokenizer,
