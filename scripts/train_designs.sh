@@ -11,6 +11,7 @@
 #   e   a1 for longer: STEPS more steps from the shipped head (a1's export after 600 steps)  --ttt-steps 1
 #   b   two decoder layers, grown from the shipped one               --n-layers 2 --ttt-steps 1
 #   d   a feed-forward block twice as wide, grown from the shipped one --ffn-size 3072 --ttt-steps 1
+#   c   a3 with the token loss weighted 1.0 instead of EAGLE's 0.1     --ttt-steps 3 --ce-weight 1.0
 # (b and d use a1's loss, so each differs from a1 in one thing.)
 # (A head that fuses target layers reads features 3-4 times as wide: for 3.8M tokens that is 13-17 GB in
 # float16, more than a 24 GB machine can train from in memory; it needs its own, smaller run.)
@@ -51,7 +52,8 @@ design() {  # design name -> its flags
     e) echo "--ttt-steps 1 --init specdec_ref/models/weights/feature_draft" ;;
     b) echo "--n-layers 2 --ttt-steps 1 --init specdec_ref/models/weights/feature_draft" ;;
     d) echo "--ffn-size 3072 --ttt-steps 1 --init specdec_ref/models/weights/feature_draft" ;;
-    *) echo "unknown design $1 (a1, a3, e, b, d)" >&2; return 1 ;;
+    c) echo "--ttt-steps 3 --ce-weight 1.0 --init specdec_ref/models/weights/feature_draft" ;;
+    *) echo "unknown design $1 (a1, a3, e, b, d, c)" >&2; return 1 ;;
   esac
 }
 
