@@ -198,13 +198,19 @@ def test_the_machine_key_follows_the_compiled_head_package(pair):
     assert keys[0] == keys[1] and keys[1] != keys[2]  # power: the same package, the same key
 
 
-def test_cached_costs_are_measured_again_when_the_machine_changed_speed(pair, tmp_path, monkeypatch, capsys):
+def calibrated_once(pair, monkeypatch):
+    """A steady machine's costs, calibrated and cached once: (target, drafter, ids, the cache file, its
+    contents)."""
     target, drafter = pair
     ids = torch.tensor([[1, 2, 3, 4, 5]])
     steady_machine(monkeypatch)
     path = mm.cache_path(mm.machine_key(target, drafter))
     mm.calibrated_costs(target, drafter, ids)
-    saved = json.loads(path.read_text())
+    return target, drafter, ids, path, json.loads(path.read_text())
+
+
+def test_cached_costs_are_measured_again_when_the_machine_changed_speed(pair, tmp_path, monkeypatch, capsys):
+    target, drafter, ids, path, saved = calibrated_once(pair, monkeypatch)
     path.write_text(json.dumps({**saved, "h0": 123.0, "step_seconds": saved["step_seconds"] * 10}))
     # calibrated under a load that made every step 10x slower: the quiet machine measures again
     assert mm.calibrated_costs(target, drafter, ids).h0 != 123.0
@@ -215,13 +221,9 @@ def test_cached_costs_are_measured_again_when_the_machine_changed_speed(pair, tm
 
 
 def test_cached_costs_are_measured_again_when_verification_got_steeper_or_flatter(pair, monkeypatch, capsys):
-    """The same plain step, but t(5)/t(1) moved: the trees' prices changed, so the costs are measured again."""
-    target, drafter = pair
-    ids = torch.tensor([[1, 2, 3, 4, 5]])
-    steady_machine(monkeypatch)
-    path = mm.cache_path(mm.machine_key(target, drafter))
-    mm.calibrated_costs(target, drafter, ids)
-    saved = json.loads(path.read_text())
+    """The same plain step, but t(5)/t(1) moved: the trees' prices changed, so the costs are measured
+    again."""
+    target, drafter, ids, path, saved = calibrated_once(pair, monkeypatch)
     path.write_text(json.dumps({**saved, "h0": 123.0}))
     priced = steady_machine.shape
     for moved in (priced + 2 * mm.SHAPE, priced - 2 * mm.SHAPE):
