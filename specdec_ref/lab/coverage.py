@@ -68,7 +68,7 @@ def coverage_by_depth(target, head, sequences: list[tuple[torch.Tensor, int]], d
     return Coverage(tuple(ks), by_depth, path, reached[0])
 
 
-SHARPNESS_GRID = (0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.5)  # the factors on the head's logits that `fit` tries
+SHARPNESS_GRID = (0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.5)  # the factors record_head_quality.py tries
 
 
 @torch.inference_mode()
