@@ -148,3 +148,16 @@ def test_launch_regime_verdict_flips_with_the_launch_cost():
     assert "launch-bound without CUDA graphs" in v(200, 10.0, 1e9, 1e12)  # 2 ms of launches
     assert "bandwidth-bound" in v(200, 1.0, 1e9, 1e12)  # 0.2 ms of launches
     assert "2.00 ms" in v(200, 10.0, 1e9, 1e12) and "1.00 ms" in v(200, 10.0, 1e9, 1e12)
+
+
+def test_sharpness_verdict_follows_where_beta_peaks():
+    from specdec_ref.chapters.verdicts.ch5 import sharpness_verdict as v
+    flat = {0.8: 0.40, 1.0: 0.44, 1.2: 0.452, 1.5: 0.43}
+    want = "flatter than the target's p: sharpened by s = 1.2 it keeps β = 0.452, where its own q keeps 0.440"
+    assert want in v(flat, 1.2, 640)
+    sharp = {0.8: 0.47, 1.0: 0.44, 1.2: 0.41}
+    assert "sharper than the target's p: flattened by s = 0.8" in v(sharp, 1.2, 640)
+    level = {0.8: 0.43, 1.0: 0.44, 1.2: 0.443}
+    assert "keeps about as much as any factor tried" in v(level, 1.0, 50)
+    assert v(level, 1.0, 50).startswith("Over 50 answer positions")
+    assert "samples with s = 1," in v(level, 1.0, 50)

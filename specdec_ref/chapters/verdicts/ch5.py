@@ -240,3 +240,21 @@ def launch_regime_verdict(n_ops: int, launch_us: float, weight_bytes: float, ban
         return (f"{both}: launch-bound without CUDA graphs, so its c would follow the operation count, "
                 "not the bytes")
     return f"{both}: bandwidth-bound, so its c would follow the bytes"
+
+
+def sharpness_verdict(beta: Mapping[float, float], shipped: float, positions: int,
+                      margin: float = 0.005) -> str:
+    """Chapter 5: which factor s on the feature draft's logits keeps the most at T = 1 (β = Σ min(p, q_s) at
+    the first draft position, by s: `lab.coverage.acceptance_by_sharpness`), against its own q (s = 1), and
+    the s the shipped drafter samples with. Within `margin` of s = 1's β, no reshaping is worth naming."""
+    best, own = max(beta, key=beta.get), beta[1.0]
+    if best == 1.0 or compare(beta[best], own, margin, relative=False) != "higher":
+        shape = (f"the draft's own q (s = 1) keeps about as much as any factor tried: β = {own:.3f}, "
+                 f"{beta[best]:.3f} at best (s = {best:g})")
+    else:
+        which = "flatter" if best > 1 else "sharper"
+        fix = "sharpened" if best > 1 else "flattened"
+        shape = (f"the draft's q is {which} than the target's p: {fix} by s = {best:g} it keeps β = "
+                 f"{beta[best]:.3f}, where its own q keeps {own:.3f}")
+    return (f"Over {positions} answer positions, {shape}. The shipped feature drafter samples with s = "
+            f"{shipped:g}, chosen on other prompts.")
