@@ -18,7 +18,6 @@ import warnings
 from pathlib import Path
 
 import torch
-from transformers import DynamicCache
 
 p = argparse.ArgumentParser()
 p.add_argument("--threads", type=int, default=2)
@@ -28,9 +27,9 @@ args = p.parse_args()
 warnings.filterwarnings("ignore")
 torch.set_num_threads(args.threads)
 import specdec_ref as sd  # noqa: E402
-from specdec_ref.cache import CachedModel  # noqa: E402
 from specdec_ref.distill.prompts import EVALUATION, TUNING  # noqa: E402
 from specdec_ref.lab.compare import target_answers  # noqa: E402
+from specdec_ref.lab.coverage import first_guesses  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 start, n_answer = time.perf_counter(), 0
@@ -62,22 +61,19 @@ for name, prompts in (("tuning", TUNING), ("evaluation", EVALUATION)):
                           tok.eos_token_id)
     hits = collections.Counter()
     with torch.inference_mode():
-        for seq, n_prompt in seqs:
-            lm = CachedModel(target, keep_hidden=True)
-            lm.logits(seq)
-            hidden, ids, cache, n_fed = lm.hidden, seq.tolist(), DynamicCache(), 0
-            for t in range(max(n_prompt, 2), len(ids)):  # token t from ids[:t] (the head: features to t - 2)
-                f = head(hidden[n_fed:t - 1][None], seq[n_fed + 1:t][None], cache)[0, -1]
-                n_fed = t - 1
-                top = head.logits(f).topk(4).indices.tolist()
-                table_guess = guess(ids[:t])
-                head1, table1 = top[0] == ids[t], bool(table_guess) and table_guess[0] == ids[t]
-                hits["positions"] += 1
-                hits["head top-1"] += head1
-                hits["head top-4"] += ids[t] in top
-                hits["table top-1"] += table1
-                hits["head top-1 or table top-1"] += head1 or table1
-                hits["table top-1 where the head's top-1 missed"] += table1 and not head1
+        last = None
+        for seq, t, f, _, _ in first_guesses(target, head, seqs):  # token t from seq[:t]
+            if seq is not last:  # a new answer
+                ids, last = seq.tolist(), seq
+            top = head.logits(f).topk(4).indices.tolist()
+            table_guess = guess(ids[:t])
+            head1, table1 = top[0] == ids[t], bool(table_guess) and table_guess[0] == ids[t]
+            hits["positions"] += 1
+            hits["head top-1"] += head1
+            hits["head top-4"] += ids[t] in top
+            hits["table top-1"] += table1
+            hits["head top-1 or table top-1"] += head1 or table1
+            hits["table top-1 where the head's top-1 missed"] += table1 and not head1
     n = hits.pop("positions")
     print(json.dumps({"prompts": name, "positions": n, "answer_tokens_in_table": n_answer,
                       "table_built_s": round(built_s, 1), **{k: round(v / n, 3) for k, v in hits.items()}}))

@@ -30,6 +30,7 @@ warnings.filterwarnings("ignore")
 torch.set_num_threads(args.threads)
 import specdec_ref as sd  # noqa: E402
 from specdec_ref.distill.prompts import HELD_OUT, TUNING  # noqa: E402
+from specdec_ref.lab.compare import target_answers  # noqa: E402
 from specdec_ref.lab.coverage import acceptance_by_sharpness  # noqa: E402
 from specdec_ref.models import feature_draft  # noqa: E402
 
@@ -39,12 +40,8 @@ head = feature_draft.load(target, args.head) if args.head else getattr(drafter.h
 
 def beta_by_scale(prompts: list[str], seed: int) -> dict[float, float]:
     """β by s along the target's sampled answers (T = 1, one seed per prompt)."""
-    answers = []
-    for i, text in enumerate(prompts):
-        ids = sd.encode_chat(tok, text)
-        out = sd.autoregressive_generate(target, ids, args.tokens, sampling=sd.SamplingConfig(1.0),
-                                         generator=torch.Generator().manual_seed(seed + i))
-        answers.append((torch.cat([ids[0], out.tokens]), ids.shape[1]))
+    answers = target_answers(target, [sd.encode_chat(tok, text) for text in prompts], args.tokens,
+                             sampling=sd.SamplingConfig(1.0), seed=seed)
     return {s: round(b, 4) for s, b in acceptance_by_sharpness(target, head, answers).items()}
 
 

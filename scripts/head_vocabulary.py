@@ -24,43 +24,35 @@ args = p.parse_args()
 warnings.filterwarnings("ignore")
 torch.set_num_threads(args.threads)
 import specdec_ref as sd  # noqa: E402
-from transformers import DynamicCache  # noqa: E402
 from specdec_ref.distill.prompts import HELD_OUT  # noqa: E402
+from specdec_ref.lab.compare import target_answers  # noqa: E402
+from specdec_ref.lab.coverage import first_guesses  # noqa: E402
 
 target, drafter, tok = sd.load_offline_pair(choose_method=False)
 head = getattr(drafter.head, "inner", drafter.head)  # the eager FeatureHead (a compiled one wraps it)
 embedding = target.get_output_embeddings().weight  # [V, d], tied: the head's logits are f @ E^T
 keep = head.head.keep_ids
+allowed = torch.zeros(embedding.shape[0], dtype=torch.bool)  # [V] the head's own tokens
+allowed[keep] = True
 out = {}
 with torch.inference_mode():
     for name, prompts in (("evaluation prompts", HELD_OUT[12:22]), ("HELD_OUT[:10]", HELD_OUT[:10])):
         hits = {way: [0, 0] for way in ("head's 8,192", "+ the context's tokens", "all 49,152")}
         positions = outside = outside_in_context = 0
-        for text in prompts:
-            ids = sd.encode_chat(tok, text)
-            greedy = sd.SamplingConfig(0)
-            answer = sd.autoregressive_generate(target, ids, args.tokens, sampling=greedy).tokens
-            seq, n_prompt = torch.cat([ids[0], answer]), ids.shape[1]
-            lm = sd.CachedModel(target, keep_hidden=True)
-            lm.logits(seq)
-            hidden, cache, n_fed = lm.hidden, DynamicCache(), 0
-            allowed = torch.zeros(embedding.shape[0], dtype=torch.bool)
-            allowed[keep] = True
-            for t in range(max(n_prompt, 2), seq.shape[0]):  # the head's guess of seq[t] from seq[:t]
-                f = head(hidden[n_fed:t - 1][None], seq[n_fed + 1:t][None], cache)[0, -1]  # [d]
-                n_fed = t - 1
-                full = (f @ embedding.T).float()  # [V]
-                in_context = torch.zeros_like(allowed)
-                in_context[seq[:t]] = True
-                want = int(seq[t])
-                positions += 1
-                outside += not bool(allowed[want])
-                outside_in_context += not bool(allowed[want]) and bool(in_context[want])
-                for way, ok in (("head's 8,192", allowed), ("+ the context's tokens", allowed | in_context),
-                                ("all 49,152", None)):
-                    top = (full if ok is None else full.masked_fill(~ok, float("-inf"))).topk(4).indices
-                    hits[way][0] += int(top[0] == want)
-                    hits[way][1] += int((top == want).any())
+        answers = target_answers(target, [sd.encode_chat(tok, text) for text in prompts], args.tokens)
+        for seq, t, f, _, _ in first_guesses(target, head, answers):  # the head's guess of seq[t]
+            full = (f @ embedding.T).float()  # [V]
+            in_context = torch.zeros_like(allowed)
+            in_context[seq[:t]] = True
+            want = int(seq[t])
+            positions += 1
+            outside += not bool(allowed[want])
+            outside_in_context += not bool(allowed[want]) and bool(in_context[want])
+            for way, ok in (("head's 8,192", allowed), ("+ the context's tokens", allowed | in_context),
+                            ("all 49,152", None)):
+                top = (full if ok is None else full.masked_fill(~ok, float("-inf"))).topk(4).indices
+                hits[way][0] += int(top[0] == want)
+                hits[way][1] += int((top == want).any())
         out[name] = {"positions": positions, "outside_the_head's_vocabulary": outside,
                      "of_them_in_the_context": outside_in_context,
                      "coverage_top1_top4": {way: [round(h1 / positions, 3), round(h4 / positions, 3)]

@@ -51,9 +51,7 @@ quality = {"prompts": f"distill.prompts.TUNING[:{args.prompts}]", "samples_at_T=
            "max_new_tokens": args.tokens,
            "dtype": str(target.dtype).removeprefix("torch."), "date": time.strftime("%Y-%m-%d"), "tau": {},
            "alpha_per_position": {}}
-sampled_answers = [(torch.cat([ids[0], sd.autoregressive_generate(
-    target, ids, args.tokens, sampling=sd.SamplingConfig(1.0), generator=torch.Generator().manual_seed(i),
-    eos_token_id=tok.eos_token_id).tokens]), ids.shape[1]) for i, ids in enumerate(encoded)]
+sampled_answers = target_answers(target, encoded, args.tokens, tok.eos_token_id, sd.SamplingConfig(1.0))
 beta = acceptance_by_sharpness(target, getattr(draft.head, "inner", draft.head), sampled_answers)
 draft.sharpness = max(beta, key=beta.get)
 quality["draft_sharpness"] = {"s": draft.sharpness,

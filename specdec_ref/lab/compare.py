@@ -16,12 +16,15 @@ T1 = SamplingConfig(temperature=1.0)
 
 
 @torch.inference_mode()
-def target_answers(target, encoded: list[torch.Tensor], max_new_tokens: int, eos_token_id=None
+def target_answers(target, encoded: list[torch.Tensor], max_new_tokens: int, eos_token_id=None,
+                   sampling: SamplingConfig = SamplingConfig(0), seed: int = 0,
                    ) -> list[tuple[torch.Tensor, int]]:  # [1, T] each -> [(prompt + answer [T + n], T)]
-    """The target's greedy answers, with their prompts: the text every draft is scored along."""
+    """The target's answers, with their prompts: the text every draft is scored along. Greedy by default;
+    sampled, prompt i draws with a CPU generator seeded seed + i."""
     out = []
-    for ids in encoded:
-        new = autoregressive_generate(target, ids, max_new_tokens, sampling=SamplingConfig(0),
+    for i, ids in enumerate(encoded):
+        generator = None if sampling.greedy else torch.Generator().manual_seed(seed + i)
+        new = autoregressive_generate(target, ids, max_new_tokens, sampling=sampling, generator=generator,
                                       eos_token_id=eos_token_id).tokens
         out.append((torch.cat([ids[0], new]), ids.shape[1]))
     return out

@@ -32,6 +32,22 @@ class Coverage:
         return "\n".join([head, *rows])
 
 
+def first_guesses(target, head, sequences: list[tuple[torch.Tensor, int]]):
+    """Along sequences [(ids [L], n_prompt)], the head's guess at every answer position from the true context:
+    yields (seq, t, f, target_logits, cache) with f [d] its guess of h_{t-1} (the feature that predicts
+    seq[t]), target_logits [L, V] the target's (row t - 1 is p for seq[t]) and the head's cache holding only
+    real features up to t - 2. A consumer that feeds the head more (deeper guesses) crops the cache back
+    before asking for the next position."""
+    for seq, n_prompt in sequences:
+        lm = CachedModel(target, keep_hidden=getattr(head, "fuse_layers", ()) or True)
+        target_logits = lm.logits(seq)  # [L, V]
+        hidden, cache, n_fed = lm.hidden, DynamicCache(), 0  # [L, d] the target's final hidden states
+        for t in range(max(n_prompt, 2), seq.shape[0]):  # predict seq[t] from seq[:t]
+            f = head(hidden[n_fed:t - 1][None], seq[n_fed + 1:t][None], cache)[0, -1]  # [d] guess of h_{t-1}
+            n_fed = t - 1
+            yield seq, t, f, target_logits, cache
+
+
 @torch.inference_mode()
 def coverage_by_depth(target, head, sequences: list[tuple[torch.Tensor, int]], depth: int = 4,
                       ks: tuple[int, ...] = (1, 2, 4, 8)) -> Coverage:
@@ -42,27 +58,21 @@ def coverage_by_depth(target, head, sequences: list[tuple[torch.Tensor, int]], d
     hits = [[0] * len(ks) for _ in range(depth)]
     path_hits = [[0] * len(ks) for _ in range(depth)]
     reached = [0] * depth
-    for seq, n_prompt in sequences:
-        lm = CachedModel(target, keep_hidden=getattr(head, "fuse_layers", ()) or True)
-        lm.logits(seq)
-        hidden = lm.hidden  # [L, d] the target's final hidden states
-        cache, n_fed, L = DynamicCache(), 0, seq.shape[0]
-        for t in range(max(n_prompt, 2), L):  # predict seq[t] from seq[:t]
-            f = head(hidden[n_fed:t - 1][None], seq[n_fed + 1:t][None], cache)[0, -1]  # [d] guess of h_{t-1}
-            n_fed, fed, alive = t - 1, 0, [True] * len(ks)
-            for d in range(min(depth, L - t)):
-                top = head.logits(f).topk(max(ks)).indices  # [max k]
-                rank_ok = [bool((top[:k] == seq[t + d]).any()) for k in ks]
-                reached[d] += 1
-                for i, ok in enumerate(rank_ok):
-                    hits[d][i] += ok
-                    alive[i] = alive[i] and ok
-                    path_hits[d][i] += alive[i]
-                if d + 1 < min(depth, L - t):  # its own feature, the true token: one step deeper
-                    f = head(f[None, None], seq[t + d][None, None], cache)[0, 0]
-                    fed += 1
-            if fed:
-                cache.crop(-fed)  # only pairs of real target features stay
+    for seq, t, f, _, cache in first_guesses(target, head, sequences):
+        L, fed, alive = seq.shape[0], 0, [True] * len(ks)
+        for d in range(min(depth, L - t)):
+            top = head.logits(f).topk(max(ks)).indices  # [max k]
+            rank_ok = [bool((top[:k] == seq[t + d]).any()) for k in ks]
+            reached[d] += 1
+            for i, ok in enumerate(rank_ok):
+                hits[d][i] += ok
+                alive[i] = alive[i] and ok
+                path_hits[d][i] += alive[i]
+            if d + 1 < min(depth, L - t):  # its own feature, the true token: one step deeper
+                f = head(f[None, None], seq[t + d][None, None], cache)[0, 0]
+                fed += 1
+        if fed:
+            cache.crop(-fed)  # only pairs of real target features stay
     by_depth = [{k: h / r if r else float("nan") for k, h in zip(ks, row)} for row, r in zip(hits, reached)]
     path = [{k: h / r if r else float("nan") for k, h in zip(ks, row)} for row, r in zip(path_hits, reached)]
     return Coverage(tuple(ks), by_depth, path, reached[0])
@@ -79,18 +89,12 @@ def acceptance_by_sharpness(target, head, sequences: list[tuple[torch.Tensor, in
     a token drawn from q_s is kept (Leviathan et al. 2023). The head guesses every position from the target's
     real features, as at the first draft position of an iteration."""
     sums, n = {s: 0.0 for s in scales}, 0
-    for seq, n_prompt in sequences:
-        lm = CachedModel(target, keep_hidden=getattr(head, "fuse_layers", ()) or True)
-        target_logits = lm.logits(seq)  # [L, V]: row t - 1 is p for the token at t
-        hidden, cache, n_fed = lm.hidden, DynamicCache(), 0
-        for t in range(max(n_prompt, 2), seq.shape[0]):
-            f = head(hidden[n_fed:t - 1][None], seq[n_fed + 1:t][None], cache)[0, -1]  # [d] guess of h_{t-1}
-            n_fed = t - 1
-            rows, keep = head.reduced_logits(f[None])  # [1, K], [K]
-            p = target_logits[t - 1].float().softmax(-1)[keep]  # [K]; q is 0 off keep, so min is too
-            for s in scales:
-                sums[s] += float(torch.minimum(p, (s * rows[0].float()).softmax(-1)).sum())
-            n += 1
+    for seq, t, f, target_logits, _ in first_guesses(target, head, sequences):
+        rows, keep = head.reduced_logits(f[None])  # [1, K], [K]
+        p = target_logits[t - 1].float().softmax(-1)[keep]  # [K]; q is 0 off keep, so min is too
+        for s in scales:
+            sums[s] += float(torch.minimum(p, (s * rows[0].float()).softmax(-1)).sum())
+        n += 1
     if n == 0:
         raise ValueError("no answer positions to measure: give sequences longer than their prompts")
     return {s: v / n for s, v in sums.items()}
