@@ -25,11 +25,11 @@ args = p.parse_args()
 warnings.filterwarnings("ignore")
 torch.set_num_threads(args.threads)
 import specdec_ref as sd  # noqa: E402
-from specdec_ref.cache import cached_model  # noqa: E402
+from specdec_ref.models.method import primed_drafter, timed_draft_pass  # noqa: E402
 
 target, drafter, tok = sd.load_offline_pair()
 tokens = sd.encode_chat(tok, "Explain how a rainbow forms, step by step.")[0]  # [T]
-T, greedy = tokens.shape[0], sd.SamplingConfig(0)
+T = tokens.shape[0]
 other = torch.zeros(100_000_000)  # 400 MB of float32 that no model uses
 
 
@@ -47,18 +47,10 @@ def stream(threads: int) -> None:
 
 
 with torch.inference_mode():
-    lm = cached_model(target, keep_hidden=True, cache="auto")
-    lm.logits(tokens)
-    hidden = lm.hidden[:-1]  # [T - 1, d]
-    drafter.sync(0)
-    drafter.sync(T - 1, hidden)
-    drafter.propose(tokens, 1, greedy)
+    lm, hidden = primed_drafter(target, drafter, tokens, with_target=True)
 
     def draft_pass() -> float:
-        drafter.sync(T - 1, hidden)  # forget the newest pair: the pass feeds it again
-        start = time.perf_counter()
-        drafter.propose(tokens, 1, greedy)
-        return time.perf_counter() - start
+        return timed_draft_pass(drafter, tokens, hidden)  # the newest pair forgotten and fed again
 
     def target_pass() -> None:
         lm.rollback(T - 1)

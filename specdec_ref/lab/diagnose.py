@@ -19,7 +19,7 @@ from ..cache import CachedModel, vocab_size
 from ..drafters import FeatureDrafter, TreeDrafter
 from ..generate import as_drafter, autoregressive_generate, speculative_generate
 from ..models.kernels import kernel_path
-from ..models.method import (CANDIDATES, calibrate, choose, loop_step_seconds, method_name,
+from ..models.method import (CANDIDATES, calibrate, choose, cold_extra, loop_step_seconds, method_name,
                              parse_method, pass_seconds, timed_steps)
 from ..sampling import SamplingConfig
 from .bench import Row, cost_ratio, run_interleaved
@@ -68,7 +68,7 @@ class Measurements:
         """What an iteration costs beyond γc and t(γ+1)/t(1), for γ = 1..γ_max: h(γ), and the first draft
         step's price over c (it follows the target's pass, whose weights pushed the draft's out of the
         caches)."""
-        cold = max(self.c_first - self.c, 0.0)
+        cold = cold_extra(self.c_first, self.c)
         return [h + cold for h in self.overheads()]
 
     @property
@@ -152,7 +152,7 @@ def measure(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8,
     # a typical length
     context = int(sum(ids.shape[1] for ids in encoded) / len(encoded)) + max_new_tokens // 2
     verify_cost, c, c_first, t1 = cost_ratios(target, draft, range(1, gamma_max + 2), context, rounds)
-    cold = max(c_first - c, 0.0)  # the first draft step of an iteration follows the target's pass
+    cold = cold_extra(c_first, c)  # the first draft step of an iteration follows the target's pass
     g = torch.Generator(device=encoded[0].device).manual_seed(seed)
     steps, overheads = [], []
     def plain_step(ids) -> float:  # seconds per step of the loop with an empty draft, prefill excluded

@@ -53,7 +53,7 @@ CANDIDATES: tuple[Method, ...] = (1, 2, 3, 4, 5, 6, TreeBudget(1, 2, 2), TreeBud
                                   TreeBudget(3, 3, 8), TreeBudget(4, 4, 12), TreeBudget(5, 4, 16))
 # (method, sampled): the iterations the costs are fitted on
 CALIBRATION = ((1, False), (3, False), (TreeBudget(2, 2, 4), False), (TreeBudget(4, 4, 12), False),
-               (3, True), (TreeBudget(4, 4, 12), True))
+               (3, True), (TreeBudget(2, 2, 4), True), (TreeBudget(4, 4, 12), True))
 ROUNDS = 2  # the methods' iterations are timed in this many interleaved rounds
 VERIFY_KS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 13, 17)  # t(7) > t(8) with oneDNN in bfloat16 on a Zen 5
 
@@ -108,10 +108,15 @@ class Costs:
         return float(np.interp(k, ks, [self.verify[kk] for kk in ks]))
 
 
+def cold_extra(c_first: float, c: float) -> float:
+    """What an iteration's first draft pass costs over the others (0 when c_first was not measured)."""
+    return max(c_first - c, 0.0)
+
+
 def iteration_cost(method: Method, tau: float, costs: Costs, sampled: bool = False) -> float:
     """One iteration's time in plain-loop steps (the module docstring's cost)."""
     draft = sum(costs.c_pass + costs.c_row * (m - 1) for m in draft_rows(method, tau))
-    draft += max(costs.c_first - costs.c_pass, 0.0)  # the first pass's weights come from memory again
+    draft += cold_extra(costs.c_first, costs.c_pass)
     nodes = method.n_nodes if isinstance(method, TreeBudget) else 0
     return (costs.verify_cost(target_rows(method)) + draft + costs.h0 + costs.h_node * nodes
             + (costs.h_sampled + costs.h_node_sampled * nodes if sampled else 0.0))
@@ -136,7 +141,7 @@ def choose(taus: dict[str, float], costs: Costs, sampled: bool) -> tuple[Method,
 
 # the terms and how each is found: costs cached under another cost model are measured again
 COST_MODEL = (f"h0 + h_node (+ sampled), c_row and c_first measured, ordered t{VERIFY_KS}, "
-              f"medians of {ROUNDS} rounds")
+              f"medians of {ROUNDS} rounds of {[(method_name(m), s) for m, s in CALIBRATION]}")
 
 
 def machine_key(target, drafter) -> str:
@@ -214,31 +219,44 @@ def loop_step_seconds(target, ids: torch.Tensor, n_tokens: int, sampling: Sampli
     return statistics.median(dts[1:] or dts)
 
 
-@torch.inference_mode()
-def draft_pass_seconds(target, drafter, ids: torch.Tensor, repeats: int = 5, rows: int = 1,
-                       after_target: bool = False) -> float:  # ids [1, T]
-    """Median seconds of one draft pass over `rows` new rows after the prompt (feeding them and proposing one
-    token, the draft's cache warm), for any drafter: a feature drafter first gets the target's features of the
-    prompt. after_target: each timed pass follows a target pass, as an iteration's first draft pass does (the
-    target's weights push the draft's out of the caches: 3 times the cost, offline head, 2-core Zen 5)."""
-    tokens, greedy, hidden, lm = ids[0], SamplingConfig(0), None, None
+def primed_drafter(target, drafter, tokens: torch.Tensor, with_target: bool):  # [T] -> (lm, [T-1, d])
+    """The drafter's cache filled with the prompt, to time its passes: with_target (or a feature drafter) runs
+    the target over it too, and returns its cached model and the features the drafter reads (else None)."""
+    lm = hidden = None
     drafter.sync(0)
-    if drafter.wants_target_hidden or after_target:
+    if drafter.wants_target_hidden or with_target:
         lm = cached_model(target, keep_hidden=drafter.wants_target_hidden, cache="auto")
         lm.logits(tokens)
         hidden = lm.hidden[:-1] if drafter.wants_target_hidden else None  # [T-1, d]
     drafter.sync(tokens.shape[0] - 1, hidden)
-    drafter.propose(tokens, 1, greedy)  # fills the draft's cache with the prompt, untimed
+    drafter.propose(tokens, 1, SamplingConfig(0))  # fills the draft's cache with the prompt, untimed
+    return lm, hidden
+
+
+def timed_draft_pass(drafter, tokens: torch.Tensor, hidden, rows: int = 1) -> float:  # [T] ->
+    """Seconds of one draft pass over the prompt's last `rows` rows, fed again (`primed_drafter` first)."""
+    drafter.sync(tokens.shape[0] - rows, hidden)  # forget the last rows: the pass feeds them again
+    t0 = start_timer(tokens.device)
+    drafter.propose(tokens, 1, SamplingConfig(0))
+    return seconds_since(t0, tokens.device)
+
+
+@torch.inference_mode()
+def draft_pass_seconds(target, drafter, ids: torch.Tensor, repeats: int = 5, rows: int = 1,
+                       after_target: bool = False) -> float:  # ids [1, T]
+    """Median seconds of one draft pass over the prompt's last `rows` rows, fed again, the draft's cache warm
+    (`timed_draft_pass`). after_target: each follows a target pass, as an iteration's first draft pass does
+    (the target's weights push the draft's out of the caches: 3 times the cost, offline head, Zen 5)."""
+    tokens = ids[0]
+    lm, hidden = primed_drafter(target, drafter, tokens, after_target)
     times = []
     for r in range(repeats + 2):  # two warm-up rounds
-        drafter.sync(tokens.shape[0] - rows, hidden)  # forget the last rows: each round feeds them again
         if after_target:  # the target's pass over the newest token, untimed
             lm.rollback(tokens.shape[0] - 1)
             lm.logits(tokens, keep=1)
-        t0 = start_timer(ids.device)
-        drafter.propose(tokens, 1, greedy)
+        dt = timed_draft_pass(drafter, tokens, hidden, rows)
         if r >= 2:
-            times.append(seconds_since(t0, ids.device))
+            times.append(dt)
     drafter.sync(0)
     return statistics.median(times)
 
@@ -282,7 +300,7 @@ def calibrate(target, drafter, ids: torch.Tensor, n_tokens: int = 16) -> Costs: 
             extra_rows = max((kept if passes else 0) + extra - passes, 0.0)
             if i >= 2 and (s.tree is None or s.tree.size == rows_per_pass(method)):  # whole trees only
                 rest.append(dt / step - float(np.interp(r, ks, prices)) - passes * c_pass
-                            - (max(c_first - c_pass, 0.0) if passes else 0.0) - c_row * extra_rows)
+                            - (cold_extra(c_first, c_pass) if passes else 0.0) - c_row * extra_rows)
     points = [(float(sampled), float(rows_per_pass(method)) if isinstance(method, TreeBudget) else 0.0,
                statistics.median(rest))  # the median of all rounds' iterations: robust to a burst of work
               for (method, sampled), rest in rests.items() if rest]
@@ -381,16 +399,13 @@ def current_shape(target, ids: torch.Tensor) -> float:  # ids [1, T]
 def calibrated_costs(target, drafter, ids: torch.Tensor, *, refresh: bool = False) -> Costs:
     """`calibrate` once per machine_key; later calls read the cached costs (SPECDEC_CACHE moves the cache).
 
-    Costs are ratios, so they survive a machine that is busier or quieter than when they were measured, but
-    not one whose speed moved a lot (a calibration under a heavy load prices a draft pass at 0.4 of a target
-    step, when it costs 0.06 on the quiet machine), nor one whose verification got steeper or flatter: on one
-    2-core Zen 5 guest, t(5)/t(1) was 1.03 one afternoon and 1.12 two hours later, at the same t(1), and the
-    best tree changed with it. So a cached calibration is checked against the plain loop's step now and
-    against t(5)/t(1) now, and measured again when the step differs by more than STEADY or the ratio by more
-    than SHAPE; and a calibration whose own
-    machine changed speed while it ran (the step after it against the step it measured), or that shared its
-    cores with another job (`contention`: oversubscribed threads once priced t(2)/t(1) at 2.38 on a machine
-    where it is 1.05), is used but not cached, with a warning that says how to get a sound one.
+    Costs are ratios, so they survive a busier or quieter machine, but not one whose speed or verification
+    shape moved (a heavy load once priced a draft pass at 0.4 of a step instead of 0.06; one Zen 5 guest's
+    t(5)/t(1) went from 1.03 to 1.12 in two hours, and the best tree with it). So cached costs are checked
+    against the plain step now (within STEADY) and t(5)/t(1) now (within SHAPE), else measured again. A
+    calibration whose machine changed speed while it ran, or that shared its cores with another job
+    (`contention`: oversubscribed threads once priced t(2)/t(1) at 2.38 where it is 1.05), is used but not
+    cached, with a warning that says how to get a sound one.
     """
     path = cache_path(machine_key(target, drafter))
     if path.exists() and not refresh:
