@@ -1,13 +1,19 @@
 """The small-M CPU kernel, measured on the whole target: t(k) for k = 1..16 on each kernel path, side by side.
 
     OMP_NUM_THREADS=1 python scripts/kernel_probe.py --threads 1 [--ks 1-16] [--rounds 5]
-                      [--paths prepacked,hint1,hint16,plain,inductor] [--json runs/kernel_probe.json]
+                      [--paths prepacked,unfused,hint1,hint16,plain,inductor,zentorch]
+                      [--json runs/kernel_probe.json]
 
 Paths (the offline target, in the project's dtype for this CPU, a 200-token context in its KV cache):
-  prepacked  today's default: oneDNN-packed linear layers (kernels.prepack_for_cpu, batch-size hint 8), eager
-  hint1      the same with `_reorder_linear_weight`'s batch-size hint at 1 (hint16: at 16)
+  prepacked  today's default: oneDNN-packed linear layers (kernels.prepack_for_cpu, batch-size hint 8), eager,
+             q, k and v in one product and gate and up in another (4 GEMMs a layer instead of 7)
+  unfused    the same, each projection its own product (SPECDEC_FUSE=0; the default before 2026-12-05, sixth
+             session)
+  hint1      the default with `_reorder_linear_weight`'s batch-size hint at 1 (hint16: at 16)
   plain      F.linear on the unpacked weights (SPECDEC_PREPACK=0), eager
   eagerattn  prepacked, with transformers' "eager" attention (matmul, softmax, matmul) instead of SDPA
+  zentorch   AMD's ZenDNN plugin (`pip install zentorch==<torch's version>`, where the CPU is AMD):
+             torch.compile(backend="zentorch") over the static KV cache, one graph per k, as inductor
   aot        the shipped compiled pass (models.aot): the AOTInductor package `python -m specdec_ref compile`
              built on this machine, dynamic rows and buffer length, loaded in seconds
   inductor   torch.compile with freezing, mode max-autotune-no-cudagraphs and the GEMM backends CPP and ATen
@@ -51,13 +57,27 @@ def parse_ks(text: str) -> list[int]:
     return sorted(set(ks))
 
 
-def prepacked(model, hint: int):
-    """A copy of the model with every linear layer oneDNN-packed for batch-size hint `hint`."""
-    packed = kernels.prepack_for_cpu(copy.deepcopy(model), True)
+def prepacked(model, hint: int, fuse: bool = True):
+    """A copy of the model with every linear layer oneDNN-packed for batch-size hint `hint`, its projections
+    that read one input fused (`kernels.fuse_projections`) or not."""
+    packed = kernels.prepack_for_cpu(copy.deepcopy(model), True, fuse=fuse)
     for m in packed.modules():
         if isinstance(m, kernels.PrepackedLinear):
             m.packed = kernels.PackedWeight(batch_hint=hint)
+            if m.fused:
+                m.fused[0].batch_hint = hint
     return packed
+
+
+def zentorch_lm(model):
+    """The static-cache model compiled by AMD's zentorch backend (one graph per k)."""
+    try:
+        import zentorch  # noqa: F401  (registers the backend)
+    except ImportError as err:
+        version = torch.__version__.split("+")[0]
+        raise SystemExit(f"zentorch: {err}; pip install 'zentorch=={version}.*'") from err
+    return cached_model(model, cache="compiled", max_len=CONTEXT + 64, name="zentorch",
+                        compile_options=dict(backend="zentorch"))
 
 
 def with_eager_attention(model):
@@ -110,7 +130,7 @@ class Path_:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ks", default="1-16")
-    parser.add_argument("--paths", default="prepacked,hint1,hint16,plain,eagerattn,inductor")
+    parser.add_argument("--paths", default="prepacked,unfused,hint1,hint16,plain,eagerattn,inductor")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--json", type=Path, help="write the results here")
@@ -128,7 +148,9 @@ def main(argv: list[str] | None = None) -> int:
                 "hint16": lambda: cached_model(prepacked(model, 16), name="hint16"),
                 "plain": lambda: cached_model(model, name="plain"),
                 "eagerattn": lambda: cached_model(with_eager_attention(prepacked(model, 8)), name="eager"),
+                "unfused": lambda: cached_model(prepacked(model, 8, fuse=False), name="unfused"),
                 "inductor": lambda: inductor_lm(model),
+                "zentorch": lambda: zentorch_lm(model),
                 "aot": lambda: aot_lm(model)}
     unknown = set(names) - set(builders)
     if unknown:

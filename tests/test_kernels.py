@@ -168,3 +168,79 @@ def test_grouped_attention_gives_hugging_faces_logits_for_chains_and_trees_and_a
     monkeypatch.setitem(kernels.AttentionInterface._global_mapping, kernels.GROUPED, tiled)
     got = _tree_pass_logits(grouped, ids, new, tree)
     assert (got - _tree_pass_logits(plain, ids, new, tree)).abs().max() > 1e-3  # the comparison has power
+
+
+def _qwen2(n_layers: int = 2):  # q, k and v with biases, grouped heads: what fusion must also get right
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    config = Qwen2Config(vocab_size=32, hidden_size=48, intermediate_size=64, num_hidden_layers=n_layers,
+                         num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=64,
+                         bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config).eval()
+    with torch.no_grad():  # random biases: zeros would hide a bias put in the wrong columns
+        for layer in model.model.layers:
+            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                proj.bias.normal_()
+    return model
+
+
+def _counted_products(monkeypatch, model, ids) -> tuple[torch.Tensor, int]:  # -> (logits, oneDNN products)
+    calls = []
+    real = kernels.packed_linear
+    monkeypatch.setattr(kernels, "packed_linear", lambda *a: calls.append(1) or real(*a))
+    with torch.inference_mode():
+        logits = model(ids).logits
+    monkeypatch.setattr(kernels, "packed_linear", real)
+    return logits, len(calls)
+
+
+@pytest.mark.parametrize("make", [_gqa_llama, _qwen2])
+def test_fused_projections_give_the_same_logits_from_four_products_a_layer_and_keep_state_dict(monkeypatch,
+                                                                                               make):
+    plain = make()
+    separate = prepack_for_cpu(copy.deepcopy(plain), True, fuse=False)
+    fused = prepack_for_cpu(copy.deepcopy(plain), True, fuse=True)
+    assert set(fused.state_dict()) == set(plain.state_dict())
+    assert all(torch.equal(a, b) for a, b in zip(fused.state_dict().values(), plain.state_dict().values()))
+    assert "fused" not in kernel_path(separate) and "4 groups of projections fused" in kernel_path(fused)
+    ids = torch.tensor([[5, 9, 2, 7, 1]])
+    want, n_separate = _counted_products(monkeypatch, separate, ids)
+    got, n_fused = _counted_products(monkeypatch, fused, ids)
+    assert (n_separate, n_fused) == (2 * 7 + 1, 2 * 4 + 1)  # q, k, v, o, gate, up, down per layer; lm_head
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got, plain(ids).logits, atol=1e-5, rtol=1e-5)
+    twin = copy.deepcopy(fused)  # the copy packs afresh, its groups pointing at its own layers
+    assert twin.model.layers[0].self_attn.k_proj.fused[0].layers[1] is twin.model.layers[0].self_attn.k_proj
+    with torch.inference_mode():
+        torch.testing.assert_close(twin(ids).logits, want, atol=1e-5, rtol=1e-5)
+    # power: k's and v's columns swapped in the shared product change the logits
+    shared = fused.model.layers[0].self_attn.k_proj.fused[0]
+    shared.spans[1], shared.spans[2] = shared.spans[2], shared.spans[1]
+    with torch.inference_mode():
+        assert (fused(ids).logits - want).abs().max() > 1e-3
+
+
+def test_fused_projections_follow_weight_changes_and_step_aside_for_training_plain_path_and_opt_out(
+        monkeypatch):
+    plain = _gqa_llama()
+    fused = prepack_for_cpu(copy.deepcopy(plain), True, fuse=True)
+    ids = torch.tensor([[3, 1, 4, 1, 5]])
+    with torch.inference_mode():
+        fused(ids)  # packs the stacked weights
+    with torch.no_grad():
+        for model in (plain, fused):
+            model.model.layers[1].mlp.up_proj.weight.mul_(-2.0)  # the next pass sees it
+    with torch.inference_mode():
+        torch.testing.assert_close(fused(ids).logits, plain(ids).logits, atol=1e-5, rtol=1e-5)
+        with kernels.plain_path():
+            _, n = _counted_products(monkeypatch, fused, ids)
+            assert n == 0
+    fused.train()
+    loss = fused(ids).logits.sum()  # autograd on: every layer its own F.linear, gradients reach q_proj
+    loss.backward()
+    assert fused.model.layers[0].self_attn.q_proj.weight.grad.abs().sum() > 0
+    assert kernels.fuse_projections(copy.deepcopy(plain), False) == 0
+    monkeypatch.setenv("SPECDEC_FUSE", "0")
+    assert "fused" not in kernel_path(prepack_for_cpu(copy.deepcopy(plain), True))
+    monkeypatch.setenv("SPECDEC_FUSE", "1")
+    assert "fused" in kernel_path(prepack_for_cpu(copy.deepcopy(plain), True))
