@@ -196,3 +196,22 @@ def test_no_grouped_note_names_the_reason():
     assert "CPU models only" in no_grouped_note("cuda", True)
     assert "as many key/value heads" in no_grouped_note("cpu", False)
     assert "not Hugging Face's SDPA" in no_grouped_note("cpu", True)
+
+
+def test_fused_verdict_follows_the_measured_times():
+    from specdec_ref.chapters.verdicts.ch1 import fused_verdict
+    separate = {1: 0.0150, 4: 0.0160}
+    both = fused_verdict(separate, {1: 0.0135, 4: 0.0146})
+    assert "one token: 10% faster (15.0 → 13.5 ms)" in both and "4 tokens: 9% faster" in both
+    assert "does not grow" in both
+    flipped = fused_verdict({1: 0.0135, 4: 0.0146}, separate)  # the same numbers, the other way round
+    assert "slower" in flipped and "SPECDEC_FUSE=0 is the faster path" in flipped.replace("`", "")
+    level = fused_verdict(separate, {1: 0.0149, 4: 0.0161})
+    assert "about the same" in level and "too few to show" in level
+
+
+def test_no_fused_note_names_the_reason():
+    from specdec_ref.chapters.verdicts.ch1 import no_fused_note
+    assert "CPU models only" in no_fused_note("cuda", False)
+    assert "compiled pass" in no_fused_note("cpu", True)
+    assert "SPECDEC_FUSE=0" in no_fused_note("cpu", False)

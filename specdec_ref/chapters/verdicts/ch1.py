@@ -332,3 +332,41 @@ def no_grouped_note(device_type: str, grouped_heads: bool) -> str:
                 "and nothing to compare.")
     return ("This target's attention is not Hugging Face's SDPA (or the loaders were told not to prepack "
             "it), so it keeps its own attention and there is nothing to compare.")
+
+
+def fused_verdict(separate: Mapping[int, float], fused: Mapping[int, float], k: int = 4,
+                  margin: float = 0.02) -> str:
+    """Appendix: what one product for q, k, v (and one for gate, up) does to a pass
+    (`kernels.fuse_projections`). separate, fused: seconds of a pass over each number of new tokens, each
+    projection its own product and fused; one token and k tokens are read as absolute times, since fusing
+    cuts a fixed cost per call."""
+    def words(n: int) -> str:
+        s, f, rows = separate[n], fused[n], "one token" if n == 1 else f"{n} tokens"
+        side = compare(f, s, margin)
+        if side == "level":
+            return f"{rows}: about the same ({s * 1e3:.1f} and {f * 1e3:.1f} ms)"
+        change = "faster" if side == "lower" else "slower"
+        return f"{rows}: {abs(1 - f / s):.0%} {change} ({s * 1e3:.1f} → {f * 1e3:.1f} ms)"
+    one, many = compare(fused[1], separate[1], margin), compare(fused[k], separate[k], margin)
+    if one == many == "lower":
+        tail = ("fewer calls, each with its fixed cost, made every pass cheaper; plain decoding gains "
+                "as much as verification, so the speculative speedup, a ratio of the two, does not grow "
+                "with it.")
+    elif "higher" in (one, many):
+        tail = ("here the wider products cost more than the calls they save, and `SPECDEC_FUSE=0` is the "
+                "faster path.")
+    else:
+        tail = "here the calls saved are too few to show beside the rest of the pass."
+    return f"Fusing the projections, a pass over {words(1)}; over {words(k)}: {tail}"
+
+
+def no_fused_note(device_type: str, compiled: bool) -> str:
+    """Appendix: why the fused-projection comparison did not run."""
+    if device_type != "cpu":
+        return ("The loaders fuse projections on CPU models only (one oneDNN product), so on this device "
+                "each projection stays its own product and there is nothing to compare.")
+    if compiled:
+        return ("This target runs through its compiled pass, whose products were fixed when it was built, so "
+                "switching the eager model's fusion would change nothing that is timed here.")
+    return ("This target has no fused projections (SPECDEC_FUSE=0, SPECDEC_PREPACK=0, or no oneDNN "
+            "prepacking in this build), so there is nothing to compare.")
