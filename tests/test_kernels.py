@@ -235,6 +235,16 @@ def test_fused_projections_follow_weight_changes_and_step_aside_for_training_pla
         with kernels.plain_path():
             _, n = _counted_products(monkeypatch, fused, ids)
             assert n == 0
+    q_proj = fused.model.layers[0].self_attn.q_proj
+    assert "prepacked for oneDNN" in repr(q_proj)
+    x = torch.randn(1, 3, q_proj.in_features)
+    with torch.inference_mode():
+        first = q_proj(x).clone()
+        x.mul_(2.0)  # the same tensor, changed: a layer that asks again gets a fresh product
+        torch.testing.assert_close(q_proj(x), 2 * first, atol=1e-4, rtol=1e-4)
+        for m in (q_proj, fused.model.layers[0].self_attn.k_proj, fused.model.layers[0].self_attn.v_proj):
+            m(x)
+        assert q_proj.fused[0].last[0] is None  # every layer served: nothing held
     fused.train()
     loss = fused(ids).logits.sum()  # autograd on: every layer its own F.linear, gradients reach q_proj
     loss.backward()

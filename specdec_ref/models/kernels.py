@@ -102,12 +102,16 @@ class PrepackedLinear(nn.Module):
                 return out
         return linear(x, self.weight, self.bias, self.packed)
 
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, prepacked for oneDNN"
+
 
 class FusedProjections:
     """One oneDNN product for linear layers that read the same input: q, k and v, or gate and up.
 
     The first of them called on a tensor x computes x [W_q; W_k; W_v]^T once, and each returns its columns
-    (the others, called next on the same x, find it ready). Four products a decoder layer instead of seven:
+    (the others, called next on the same x, find it ready; once every layer has taken its columns, or one asks
+    again, the next call computes afresh). Four products a decoder layer instead of seven:
     fewer, wider GEMMs, and fewer calls, each with its fixed cost. The layers keep their own weights
     (state_dict unchanged); oneDNN's copy of the stacked matrix is made from them, and again when one
     changes. Where that copy cannot serve (plain_path, training, a dtype it was not packed for, a graph being
@@ -118,16 +122,17 @@ class FusedProjections:
         self.layers, self.batch_hint = layers, batch_hint
         ends = torch.tensor([m.out_features for m in layers]).cumsum(0).tolist()
         self.spans = [(end - m.out_features, end) for m, end in zip(layers, ends)]
-        self.packed, self.bias, self.key, self.last = None, None, None, (None, None)
+        self.packed, self.bias, self.key = None, None, None
+        self.last: tuple = (None, None, set())  # (x, its product [..., sum of outs], the layers served)
 
     def __deepcopy__(self, memo) -> FusedProjections:  # as PackedWeight's: the copy packs afresh
         new = memo[id(self)] = copy.copy(self)  # the layers may be half-copied yet: read nothing from them
         new.layers = [copy.deepcopy(m, memo) for m in self.layers]
-        new.packed, new.bias, new.key, new.last = None, None, None, (None, None)
+        new.packed, new.bias, new.key, new.last = None, None, None, (None, None, set())
         return new
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "packed": None, "bias": None, "key": None, "last": (None, None)}
+        return {**self.__dict__, "packed": None, "bias": None, "key": None, "last": (None, None, set())}
 
     def get(self) -> torch.Tensor | None:  # the packed stacked weight, or None where it cannot serve
         weights = [m.weight for m in self.layers]
@@ -147,18 +152,22 @@ class FusedProjections:
                 biases = [m.bias for m in self.layers]
                 self.bias = None if all(b is None for b in biases) else torch.cat(
                     [w.new_zeros(w.shape[0]) if b is None else b.detach() for b, w in zip(biases, weights)])
-            self.key, self.last = key, (None, None)
+            self.key, self.last = key, (None, None, set())
         return self.packed
 
     def output(self, i: int, x: torch.Tensor) -> torch.Tensor | None:  # [..., in] -> [..., out_i] or None
         """Layer i's product for x: the shared one, computed on the first call for this x."""
-        if self.last[0] is not x:
+        if self.last[0] is not x or i in self.last[2]:
             packed = self.get()
             if packed is None or x.dtype != self.layers[0].weight.dtype:
                 return None
-            self.last = (x, packed_linear(x, packed, self.bias))  # [..., sum of outs]
+            self.last = (x, packed_linear(x, packed, self.bias), set())  # [..., sum of outs]
+        _, out, served = self.last
+        served.add(i)
+        if len(served) == len(self.layers):  # every layer has its columns: hold on to nothing
+            self.last = (None, None, set())
         start, end = self.spans[i]
-        return self.last[1][..., start:end]
+        return out[..., start:end]
 
 
 FUSED_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # Llama, Qwen2, Mistral, ...
@@ -179,9 +188,6 @@ def fuse_projections(model: nn.Module, enabled: bool | None = None) -> int:
                     m.fused = (shared, i)
                 n += 1
     return n
-
-    def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, prepacked for oneDNN"
 
 
 @contextlib.contextmanager
