@@ -5,8 +5,9 @@
 
 With t(k)/t(1) flat up to five or six rows, a tree can give depth 1 more siblings for little: the head's first
 pass already ranks them. This runs plain decoding and each tree (TreeBudget depth/topk/n_nodes) on the bench's
-prompts, prompt by prompt and round after round (seeds varying), and prints one JSON line: each tree's speedup
-over the plain loop and τ (tokens per target pass, the prefill's pass counted).
+prompts, prompt by prompt and round after round (`lab.bench.run_interleaved`; at T > 0 each row's generator
+moves on from prompt to prompt), and prints one JSON line: each tree's speedup over the plain loop and τ
+(tokens per target pass, the prefill's pass counted).
 """
 import argparse
 import json
@@ -25,7 +26,7 @@ args = p.parse_args()
 warnings.filterwarnings("ignore")
 torch.set_num_threads(args.threads)
 import specdec_ref as sd  # noqa: E402
-from specdec_ref.lab.bench import BENCH_PROMPTS  # noqa: E402
+from specdec_ref.lab.bench import BENCH_PROMPTS, run_interleaved  # noqa: E402
 from specdec_ref.models.method import parse_method  # noqa: E402
 
 target, drafter, tok = sd.load_offline_pair(draft="feature", choose_method=False)
@@ -34,26 +35,19 @@ sampling = sd.SamplingConfig(args.temperature)
 names = ["plain"] + [f"tree {t}" for t in args.trees.split(",")]
 
 
-def run(name: str, ids: torch.Tensor, seed: int):
-    g = torch.Generator().manual_seed(seed)
+def runner(name: str):
+    g = torch.Generator().manual_seed(0)  # one per row: its draws move on from prompt to prompt
     if name == "plain":
-        return sd.autoregressive_generate(target, ids, args.tokens, sampling=sampling, generator=g)
-    return sd.speculative_generate(target, drafter, ids, args.tokens, tree=parse_method(name),
-                                   sampling=sampling, generator=g)
+        return lambda ids: sd.autoregressive_generate(target, ids, args.tokens, sampling=sampling,
+                                                      generator=g)
+    return lambda ids: sd.speculative_generate(target, drafter, ids, args.tokens, tree=parse_method(name),
+                                               sampling=sampling, generator=g)
 
 
-for name in names:  # warm-up
-    run(name, encoded[0][:, :8], 0)
-total = {name: [0, 0.0, 0] for name in names}  # tokens, seconds, target passes
-for r in range(args.rounds):
-    for i, ids in enumerate(encoded):
-        for name in names:
-            gen = run(name, ids, 1000 * r + i)
-            total[name][0] += gen.tokens.shape[0]
-            total[name][1] += gen.stats.seconds
-            total[name][2] += len(gen.stats.accepted) if name != "plain" else gen.tokens.shape[0]
-plain = total["plain"][0] / total["plain"][1]
+# rounds as more prompts: every row runs on every prompt in turn, prompt by prompt (a warm-up first)
+rows = run_interleaved({name: runner(name) for name in names}, encoded * args.rounds, progress=lambda _: None)
+plain = rows["plain"].tokens_per_second
 print(json.dumps({"threads": args.threads, "dtype": str(target.dtype), "temperature": args.temperature,
                   "plain tokens/s": round(plain, 1),
-                  **{name: {"speedup": round(n / s / plain, 3), "tau": round(n / passes, 2)}
-                     for name, (n, s, passes) in total.items() if name != "plain"}}))
+                  **{name: {"speedup": round(row.tokens_per_second / plain, 3), "tau": round(row.tau, 2)}
+                     for name, row in rows.items() if name != "plain"}}))

@@ -254,3 +254,19 @@ def test_fused_projections_follow_weight_changes_and_step_aside_for_training_pla
     assert "fused" not in kernel_path(prepack_for_cpu(copy.deepcopy(plain), True))
     monkeypatch.setenv("SPECDEC_FUSE", "1")
     assert "fused" in kernel_path(prepack_for_cpu(copy.deepcopy(plain), True))
+
+
+def test_separate_products_switches_a_fused_model_back_for_the_block_only(monkeypatch):
+    plain = _gqa_llama()
+    fused = prepack_for_cpu(copy.deepcopy(plain), True, fuse=True)
+    ids = torch.tensor([[2, 7, 1, 8, 2]])
+    assert kernels.n_fused_groups(fused) == 4
+    with kernels.separate_products(fused):
+        assert kernels.n_fused_groups(fused) == 0
+        inside, n_inside = _counted_products(monkeypatch, fused, ids)
+    after, n_after = _counted_products(monkeypatch, fused, ids)
+    assert (n_inside, n_after) == (2 * 7 + 1, 2 * 4 + 1) and kernels.n_fused_groups(fused) == 4
+    torch.testing.assert_close(inside, after, atol=1e-5, rtol=1e-5)
+    with pytest.raises(RuntimeError), kernels.separate_products(fused):  # restored even when the block fails
+        raise RuntimeError("inside")
+    assert kernels.n_fused_groups(fused) == 4

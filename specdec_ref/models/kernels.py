@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 import os
 
 import torch
@@ -57,19 +58,33 @@ class PackedWeight:
         """The packed copy, re-made if the weight changed. Called once per linear layer per pass, so it does
         no more than compare a key (a `torch.no_grad` decorator here cost ~15 µs a call, ~3 ms a tree
         step)."""
-        if _plain or weight.device.type != "cpu" or (weight.requires_grad and torch.is_grad_enabled()):
-            return None  # plain_path(), training, or another device: the caller takes the plain path
-        # inference tensors have no version counter
-        version = -1 if weight.is_inference() else weight._version
-        key = (weight.dtype, weight.data_ptr(), version)
+        if unpackable(weight):
+            return None
+        key = version_key(weight)
         if key != self.key:
-            try:
-                with torch.no_grad():
-                    self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), self.batch_hint)
-            except RuntimeError:  # e.g. bfloat16 on a CPU without native bfloat16: keep the plain path
-                self.packed = None
-            self.key = key
+            self.packed, self.key = pack(weight, self.batch_hint), key
         return self.packed
+
+
+def unpackable(weight: torch.Tensor) -> bool:
+    """plain_path(), training, or another device: the caller takes the plain path."""
+    return _plain or weight.device.type != "cpu" or (weight.requires_grad and torch.is_grad_enabled())
+
+
+def version_key(weight: torch.Tensor) -> tuple:
+    """What a packed copy of this weight depends on: dtype, storage, and its version counter (an inference
+    tensor has none)."""
+    return weight.dtype, weight.data_ptr(), -1 if weight.is_inference() else weight._version
+
+
+def pack(weight: torch.Tensor, batch_hint: int) -> torch.Tensor | None:  # [out, in] -> oneDNN's layout
+    """oneDNN's packed copy of a weight, or None where it cannot pack (e.g. bfloat16 on a CPU without native
+    bfloat16: the plain path)."""
+    try:
+        with torch.no_grad():
+            return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), batch_hint)
+    except RuntimeError:
+        return None
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -120,7 +135,7 @@ class FusedProjections:
 
     def __init__(self, layers: list[PrepackedLinear], batch_hint: int = 8):
         self.layers, self.batch_hint = layers, batch_hint
-        ends = torch.tensor([m.out_features for m in layers]).cumsum(0).tolist()
+        ends = list(itertools.accumulate(m.out_features for m in layers))
         self.spans = [(end - m.out_features, end) for m, end in zip(layers, ends)]
         self.packed, self.bias, self.key = None, None, None
         self.last: tuple = (None, None, set())  # (x, its product [..., sum of outs], the layers served)
@@ -136,19 +151,14 @@ class FusedProjections:
 
     def get(self) -> torch.Tensor | None:  # the packed stacked weight, or None where it cannot serve
         weights = [m.weight for m in self.layers]
-        training = torch.is_grad_enabled() and any(w.requires_grad for w in weights)
-        if (_plain or training or weights[0].device.type != "cpu" or torch.compiler.is_compiling()
+        if (any(unpackable(w) for w in weights) or torch.compiler.is_compiling()
                 or torch.compiler.is_exporting()):
             return None
-        key = tuple((w.dtype, w.data_ptr(), -1 if w.is_inference() else w._version)
-                    for m in self.layers for w in (m.weight, m.bias) if w is not None)
+        key = tuple(version_key(w) for m in self.layers for w in (m.weight, m.bias) if w is not None)
         if key != self.key:
             with torch.no_grad():
                 stacked = torch.cat([w.detach() for w in weights])  # [sum of outs, in]
-                try:
-                    self.packed = torch.ops.mkldnn._reorder_linear_weight(stacked, self.batch_hint)
-                except RuntimeError:  # e.g. bfloat16 on a CPU without native bfloat16: each its own
-                    self.packed = None
+                self.packed = pack(stacked, self.batch_hint)
                 biases = [m.bias for m in self.layers]
                 self.bias = None if all(b is None for b in biases) else torch.cat(
                     [w.new_zeros(w.shape[0]) if b is None else b.detach() for b, w in zip(biases, weights)])
@@ -168,6 +178,30 @@ class FusedProjections:
             self.last = (None, None, set())
         start, end = self.spans[i]
         return out[..., start:end]
+
+
+def fused_groups(model: nn.Module) -> dict[PrepackedLinear, tuple[FusedProjections, int]]:
+    """Every layer of the model that shares a product, with its (group, place)."""
+    return {m: m.fused for m in model.modules() if isinstance(m, PrepackedLinear) and m.fused is not None}
+
+
+def n_fused_groups(model: nn.Module) -> int:
+    """How many groups of the model's projections share a product."""
+    return len({id(group) for group, _ in fused_groups(model).values()})
+
+
+@contextlib.contextmanager
+def separate_products(model: nn.Module):
+    """Inside the block, every fused projection of the model computes its own product again: to compare the
+    two ways on one model."""
+    groups = fused_groups(model)
+    for m in groups:
+        m.fused = None
+    try:
+        yield
+    finally:
+        for m, place in groups.items():
+            m.fused = place
 
 
 FUSED_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # Llama, Qwen2, Mistral, ...
@@ -301,7 +335,7 @@ def kernel_path(model: nn.Module) -> str:
                        and (m.fused[0].get() if m.fused else m.packed.get(m.weight)) is not None
                        for m in model.modules())
     n_plain = sum(isinstance(m, (nn.Linear, PrepackedLinear)) for m in model.modules()) - n_packed
-    n_fused = len({id(m.fused[0]) for m in model.modules() if isinstance(m, PrepackedLinear) and m.fused})
+    n_fused = n_fused_groups(model)
     fused = f", {n_fused} groups of projections fused (SPECDEC_FUSE=0 opts out)" if n_fused else ""
     if n_packed and not n_plain:
         return f"oneDNN prepacked linears ({n_packed} layers, {params.dtype}, {device}{fused})"
