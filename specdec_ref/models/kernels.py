@@ -109,10 +109,15 @@ class PrepackedLinear(nn.Module):
         self.weight, self.bias = linear.weight, linear.bias
         self.packed = PackedWeight()
         self.fused: tuple[FusedProjections, int] | None = None  # (the shared product, this layer's place)
+        self.int4 = None  # an int4.Int4Weight: the GGUF's own 4-bit weights (`int4.attach`, opt-in)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., in] -> [..., out]
         if self.fused is not None:
             out = self.fused[0].output(self.fused[1], x)
+            if out is not None:
+                return out
+        if self.int4 is not None:
+            out = self.int4.product(x, [self.weight], self.bias)
             if out is not None:
                 return out
         return linear(x, self.weight, self.bias, self.packed)
@@ -139,6 +144,7 @@ class FusedProjections:
         self.spans = [(end - m.out_features, end) for m, end in zip(layers, ends)]
         self.packed, self.bias, self.key = None, None, None
         self.last: tuple = (None, None, set())  # (x, its product [..., sum of outs], the layers served)
+        self.int4 = None  # an int4.Int4Weight of the stacked weights (`int4.attach`, opt-in)
 
     def __deepcopy__(self, memo) -> FusedProjections:  # as PackedWeight's: the copy packs afresh
         new = memo[id(self)] = copy.copy(self)  # the layers may be half-copied yet: read nothing from them
@@ -165,13 +171,25 @@ class FusedProjections:
             self.key, self.last = key, (None, None, set())
         return self.packed
 
+    def product(self, x: torch.Tensor) -> torch.Tensor | None:  # [..., in] -> [..., sum of outs], or None
+        """x [W_1; W_2; ...]^T + b: from the 4-bit copy where it stands, else oneDNN's; None where neither
+        can serve."""
+        packed = self.get()
+        if packed is None or x.dtype != self.layers[0].weight.dtype:
+            return None
+        if self.int4 is not None:
+            out = self.int4.product(x, [m.weight for m in self.layers], self.bias)
+            if out is not None:
+                return out
+        return packed_linear(x, packed, self.bias)
+
     def output(self, i: int, x: torch.Tensor) -> torch.Tensor | None:  # [..., in] -> [..., out_i] or None
         """Layer i's product for x: the shared one, computed on the first call for this x."""
         if self.last[0] is not x or i in self.last[2]:
-            packed = self.get()
-            if packed is None or x.dtype != self.layers[0].weight.dtype:
+            product = self.product(x)
+            if product is None:
                 return None
-            self.last = (x, packed_linear(x, packed, self.bias), set())  # [..., sum of outs]
+            self.last = (x, product, set())
         _, out, served = self.last
         served.add(i)
         if len(served) == len(self.layers):  # every layer has its columns: hold on to nothing
@@ -321,6 +339,18 @@ def unpack(model: nn.Module) -> nn.Module:
     return model
 
 
+def n_int4(model: nn.Module) -> int:
+    """How many of the model's layers have a 4-bit copy (`int4.attach`) that still stands for their
+    weights."""
+    n = 0
+    for m in model.modules():
+        if isinstance(m, PrepackedLinear):
+            owner = m.fused[0] if m.fused else m
+            weights = [x.weight for x in m.fused[0].layers] if m.fused else [m.weight]
+            n += owner.int4 is not None and [version_key(w) for w in weights] == owner.int4.keys
+    return n
+
+
 def kernel_path(model: nn.Module) -> str:
     """Which matrix kernel the model's linear layers use, in words (for diagnose and the CLI)."""
     compiled = model.__dict__.get("_specdec_compiled")
@@ -337,6 +367,8 @@ def kernel_path(model: nn.Module) -> str:
     n_plain = sum(isinstance(m, (nn.Linear, PrepackedLinear)) for m in model.modules()) - n_packed
     n_fused = n_fused_groups(model)
     fused = f", {n_fused} groups of projections fused (SPECDEC_FUSE=0 opts out)" if n_fused else ""
+    n_4 = n_int4(model)
+    fused += f", {n_4} multiplied as the GGUF's own 4-bit weights (int4=True or SPECDEC_INT4=1)" if n_4 else ""
     if n_packed and not n_plain:
         return f"oneDNN prepacked linears ({n_packed} layers, {params.dtype}, {device}{fused})"
     if n_packed:

