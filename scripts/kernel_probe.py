@@ -1,7 +1,7 @@
 """The small-M CPU kernel, measured on the whole target: t(k) for k = 1..16 on each kernel path, side by side.
 
     OMP_NUM_THREADS=1 python scripts/kernel_probe.py --threads 1 [--ks 1-16] [--rounds 5]
-                      [--paths prepacked,unfused,hint1,hint16,plain,inductor,zentorch]
+                      [--paths prepacked,unfused,hint1,hint16,plain,inductor,zentorch,int4]
                       [--json runs/kernel_probe.json]
 
 Paths (the offline target, in the project's dtype for this CPU, a 200-token context in its KV cache):
@@ -14,6 +14,8 @@ Paths (the offline target, in the project's dtype for this CPU, a 200-token cont
   eagerattn  prepacked, with transformers' "eager" attention (matmul, softmax, matmul) instead of SDPA
   zentorch   AMD's ZenDNN plugin (`pip install zentorch==<torch's version>`, where the CPU is AMD):
              torch.compile(backend="zentorch") over the static KV cache, one graph per k, as inductor
+  int4       the default with the GGUF's own 4-bit weights for every projection (models.int4, the opt-in
+             SPECDEC_INT4=1): torch's CPU int4 kernel, half a byte per weight; the output layer stays oneDNN's
   aot        the shipped compiled pass (models.aot): the AOTInductor package `python -m specdec_ref compile`
              built on this machine, dynamic rows and buffer length, loaded in seconds
   inductor   torch.compile with freezing, mode max-autotune-no-cudagraphs and the GEMM backends CPP and ATen
@@ -151,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
                 "unfused": lambda: cached_model(prepacked(model, 8, fuse=False), name="unfused"),
                 "inductor": lambda: inductor_lm(model),
                 "zentorch": lambda: zentorch_lm(model),
-                "aot": lambda: aot_lm(model)}
+                "aot": lambda: aot_lm(model),
+                "int4": lambda: cached_model(load_offline_target("cpu", dtype, int4=True)[0], name="int4")}
     unknown = set(names) - set(builders)
     if unknown:
         parser.error(f"unknown paths {sorted(unknown)}; choose from {sorted(builders)}")
