@@ -106,3 +106,11 @@ def test_int4_is_off_unless_asked(monkeypatch):
     assert not int4.wanted()
     monkeypatch.setenv("SPECDEC_INT4", "1")
     assert int4.wanted() and not int4.wanted(False)
+
+
+def test_the_loader_refuses_int4_where_the_kernel_is_slow_and_the_environment_skips_it(monkeypatch):
+    with pytest.raises(ValueError, match="bfloat16"):
+        sd.load_offline_target(dtype=torch.float32, int4=True)
+    monkeypatch.setenv("SPECDEC_INT4", "1")
+    model, _ = sd.load_offline_target(dtype=torch.float32)  # the environment's wish, where it cannot pay
+    assert kernels.n_int4(model) == 0 and "4-bit" not in kernels.kernel_path(model)

@@ -368,7 +368,7 @@ def kernel_path(model: nn.Module) -> str:
     n_fused = n_fused_groups(model)
     fused = f", {n_fused} groups of projections fused (SPECDEC_FUSE=0 opts out)" if n_fused else ""
     n_4 = n_int4(model)
-    fused += f", {n_4} multiplied as the GGUF's own 4-bit weights (int4=True or SPECDEC_INT4=1)" if n_4 else ""
+    fused += f", {n_4} multiplied as the GGUF's own 4-bit weights (int4=True, SPECDEC_INT4=1)" if n_4 else ""
     if n_packed and not n_plain:
         return f"oneDNN prepacked linears ({n_packed} layers, {params.dtype}, {device}{fused})"
     if n_packed:

@@ -68,14 +68,21 @@ def load_offline_target(device: torch.device | str | None = None, dtype: torch.d
     scoring a few tokens costs about as much as one. prepack=False (or SPECDEC_PREPACK=0) keeps F.linear.
     Where this machine has compiled the target's pass (`python -m specdec_ref compile`, `models.aot`), it is
     attached, and the loops run the target through it (compiled=False or SPECDEC_AOT=0 opts out).
-    int4=True (or SPECDEC_INT4=1) multiplies the GGUF's own 4-bit weights on a CPU (`models.int4`), where
-    they are prepacked; off by default.
+    int4=True (or SPECDEC_INT4=1) multiplies the GGUF's own 4-bit weights (`models.int4`), for a bfloat16
+    target on a CPU, prepacked; off by default.
     """
+    four_bit = int4_wanted(int4)
+    if four_bit and (torch.device(device or "cpu").type != "cpu" or dtype != torch.bfloat16):
+        if int4:  # asked for by argument: say why not
+            raise ValueError(f"int4=True needs the target in torch.bfloat16 on a CPU, got {dtype} on "
+                             f"{torch.device(device or 'cpu')}: torch's CPU int4 kernel is fast for bfloat16 "
+                             "only (in float32 a token took 4-6 times as long as oneDNN's float32 product); "
+                             "pass dtype=torch.bfloat16 or leave int4 off")
+        four_bit = False  # SPECDEC_INT4=1 where it cannot pay: the weights as loaded
     path = cache_dir() / "SmolLM2-135M-Instruct-f32"
     if not (path / "config.json").exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         _dequantise_offline_target(path)
-    four_bit = int4_wanted(int4) and torch.device(device or "cpu").type == "cpu"
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32 if four_bit else dtype,
                                                  use_safetensors=True)
     codes = codes_by_layer(model) if four_bit else {}  # read from the float32 weights, before any cast
