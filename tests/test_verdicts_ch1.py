@@ -215,3 +215,27 @@ def test_no_fused_note_names_the_reason():
     assert "CPU models only" in no_fused_note("cuda", False)
     assert "compiled pass" in no_fused_note("cpu", True)
     assert "SPECDEC_FUSE=0" in no_fused_note("cpu", False)
+
+
+def test_int4_verdict_follows_the_measured_times_and_ratios():
+    from specdec_ref.chapters.verdicts.ch1 import int4_verdict
+    loaded = {1: 0.0181, 4: 0.0187}
+    steeper = int4_verdict(loaded, {1: 0.0125, 4: 0.0143})  # the kernel probe's medians, 2026-12-05
+    assert "31% faster" in steeper and "t(4)/t(1) 1.03 → 1.14" in steeper and "shrinks" in steeper
+    kept = int4_verdict(loaded, {1: 0.0125, 4: 0.0129})
+    assert "keeps its size" in kept
+    slower = int4_verdict({1: 0.0125, 4: 0.0143}, loaded)  # the same numbers, the other way round
+    assert "the slower one" in slower
+    assert "about the same" in int4_verdict(loaded, {1: 0.0180, 4: 0.0188})
+
+
+def test_int4_logits_verdict_and_note():
+    from specdec_ref.chapters.verdicts.ch1 import int4_logits_verdict, no_int4_note
+    assert "same model to bfloat16's rounding" in int4_logits_verdict(1.14, 1.20, 20.0)
+    assert "computes something else" in int4_logits_verdict(5.0, 1.20, 20.0)
+    with pytest.raises(ValueError, match="max_logit"):
+        int4_logits_verdict(1.0, 1.0, 0.0)
+    assert "for a CPU" in no_int4_note("cuda", True, True)
+    assert "no CPU int4 kernel" in no_int4_note("cpu", True, False)
+    assert "natively" in no_int4_note("cpu", False, True)
+    assert "SPECDEC_PREPACK=0" in no_int4_note("cpu", True, True)

@@ -370,3 +370,54 @@ def no_fused_note(device_type: str, compiled: bool) -> str:
                 "switching the eager model's fusion would change nothing that is timed here.")
     return ("This target has no fused projections (SPECDEC_FUSE=0, SPECDEC_PREPACK=0, or no oneDNN "
             "prepacking in this build), so there is nothing to compare.")
+
+
+def int4_verdict(loaded: Mapping[int, float], four_bit: Mapping[int, float], k: int = 4,
+                 margin: float = 0.03) -> str:
+    """Appendix: the target on the GGUF's own 4-bit weights (`models.int4`) against its bfloat16 weights.
+    loaded, four_bit: seconds of a pass over each number of new tokens; read as absolute times at one token
+    and at k, and as the ratio t(k)/t(1) each way."""
+    one, many = compare(four_bit[1], loaded[1], margin), compare(four_bit[k], loaded[k], margin)
+    ratio_loaded, ratio_four = loaded[k] / loaded[1], four_bit[k] / four_bit[1]
+    times = (f"one token {loaded[1] * 1e3:.1f} → {four_bit[1] * 1e3:.1f} ms, {k} tokens "
+             f"{loaded[k] * 1e3:.1f} → {four_bit[k] * 1e3:.1f} ms; t({k})/t(1) {ratio_loaded:.2f} → "
+             f"{ratio_four:.2f}")
+    if one == "lower":
+        head = (f"Half a byte per weight instead of two made one token's pass "
+                f"{1 - four_bit[1] / loaded[1]:.0%} faster ({times}).")
+        if compare(ratio_four, ratio_loaded, margin) == "higher":
+            return (f"{head} The extra tokens gained less than the first: this kernel's work grows with the "
+                    "rows, so plain decoding speeds up more than verification, and the speculative speedup, "
+                    "a ratio of the two, shrinks.")
+        return f"{head} Verification gained as much, so the speculative speedup keeps its size."
+    if one == "higher" or many == "higher":
+        return (f"Here the 4-bit kernel is the slower one ({times}): unpacking the weights costs more than "
+                "the bytes it saves on this CPU.")
+    return f"Here the two are about the same ({times}): the weights' bytes are not what a pass waits for."
+
+
+def int4_logits_verdict(err_four_bit: float, err_loaded: float, max_logit: float) -> str:
+    """Appendix: is the 4-bit copy the same model? err_four_bit, err_loaded: the largest logit difference of
+    each bfloat16 way from the float32 model's; max_logit: the logits' scale."""
+    if max_logit <= 0:
+        raise ValueError(f"max_logit must be > 0 (the logits' scale), got {max_logit}")
+    size = (f"The float32 model's logits (up to {max_logit:.1f}) differ by at most {err_loaded:.2f} from the "
+            f"bfloat16 weights' and {err_four_bit:.2f} from the 4-bit weights'")
+    if err_four_bit <= 2 * err_loaded + 1e-3 * max_logit:
+        return f"{size}: both are the same model to bfloat16's rounding."
+    return f"{size}: more than bfloat16's rounding, so the 4-bit copy computes something else here."
+
+
+def no_int4_note(device_type: str, native_bf16: bool, available: bool) -> str:
+    """Appendix: why the 4-bit comparison did not run (a fact about the device and this torch)."""
+    if device_type != "cpu":
+        return ("The 4-bit copies are for a CPU (torch's CPU int4 kernel), so on this device there is "
+                "nothing to compare.")
+    if not available:
+        return "This torch has no CPU int4 kernel, so there is nothing to compare."
+    if native_bf16:
+        return ("The 4-bit copies ride on the prepacked layers, and this target has none (SPECDEC_PREPACK=0 "
+                "or no oneDNN in this build), so there is nothing to compare.")
+    return ("This CPU does not multiply bfloat16 natively, and the CPU int4 kernel is fast for bfloat16 "
+            "only (its float32 path took 4-6 times as long as the float32 weights), so there is nothing to "
+            "compare.")
