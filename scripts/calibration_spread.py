@@ -27,9 +27,10 @@ os.environ["SPECDEC_CALIBRATE"] = "0"  # the loader keeps its own default; this 
 import specdec_ref as sd  # noqa: E402
 from specdec_ref.models import feature_draft  # noqa: E402
 from specdec_ref.models import method as mm  # noqa: E402
+from specdec_ref.models.choice import CALIBRATION_PROMPT  # noqa: E402
 
 target, draft, tok = sd.load_offline_pair(draft="feature")
-ids = sd.encode_chat(tok, mm.CALIBRATION_PROMPT)
+ids = sd.encode_chat(tok, CALIBRATION_PROMPT)
 tau = json.loads((feature_draft.WEIGHTS_DIR / "quality.json").read_text())["tau"]
 today = (mm.monotone, mm.ROUNDS)
 variants = {"today (ordered t(k), 2 rounds)": today,

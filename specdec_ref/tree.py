@@ -30,6 +30,8 @@ Two shapes, one per way of choosing the children, and one walk (`verify_tree`) f
 """
 from __future__ import annotations
 
+import math
+
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
@@ -141,12 +143,17 @@ class TreeBudget:
     topk: int = 4  # children per expanded node, and nodes expanded per depth
     # |𝒯|, the drafted nodes the target scores in its one pass (the best by draft confidence)
     n_nodes: int = 12
+    # skip the next draft pass when no node of the last depth has a path probability of at least this
+    # (0: always draft `depth` deep); the pass's cost is saved where its nodes would rarely be kept
+    stop: float = 0.0
 
     def __post_init__(self):
         for name in ("depth", "topk", "n_nodes"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"TreeBudget.{name} must be an integer >= 1, got {value!r}")
+        if not (isinstance(self.stop, (int, float)) and 0 <= self.stop < 1):
+            raise ValueError(f"TreeBudget.stop must be a probability in [0, 1), got {self.stop!r}")
 
 
 @dataclass
@@ -374,8 +381,8 @@ def grow_tree(root_token: int, root_logits: DraftLogits, expand: Expand, budget:
     level = add_children([0], (root_logits[0][None], root_logits[1]) if isinstance(root_logits, tuple)
                          else root_logits[None])
     for _ in range(budget.depth - 1):
-        if not level:
-            break
+        if not level or max(g.score[v] for v in level) < math.log(budget.stop or 1e-300):
+            break  # by rank at T > 0 (`sibling_scores`): blind to the tokens drawn, as keeping is
         level = add_children(level, expand(g, level))
     # ties: the shallower node, then the one made first (an earlier sibling): kept children are a prefix
     best = sorted(range(1, len(g.parents)), key=lambda v: (-g.score[v], g.depth[v]))[:budget.n_nodes]

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import specdec_ref as sd
+from specdec_ref.models import choice as mc
 from specdec_ref.models import method as mm
 from specdec_ref.models.feature_draft import FeatureHead
 from specdec_ref.models.toy import tiny_pair
@@ -25,6 +26,11 @@ def test_names_round_trip_and_bad_names_are_refused():
         assert mm.parse_method(mm.method_name(m)) == m
     with pytest.raises(ValueError, match="chain γ="):
         mm.parse_method("tree of life")
+    assert mm.parse_method("tree 4/2/5 stop 0.15") == sd.TreeBudget(4, 2, 5, stop=0.15)
+    assert mm.method_name(sd.TreeBudget(4, 2, 5)) == "tree 4/2/5"  # stop 0 is not named
+    for bad in ("chain γ=2 stop 0.1", "tree 4/2/5 stop x"):
+        with pytest.raises(ValueError, match="stop"):
+            mm.parse_method(bad)
 
 
 def test_iteration_cost_prices_every_draft_pass_and_the_target_rows():
@@ -35,6 +41,15 @@ def test_iteration_cost_prices_every_draft_pass_and_the_target_rows():
     assert mm.iteration_cost(tree, 2.0, c) == pytest.approx(expect)
     assert mm.iteration_cost(tree, 2.0, c, sampled=True) == pytest.approx(expect + 0.02)
     assert mm.predicted_speedup(tree, 2.0, c) == pytest.approx(2.0 / expect)
+    # a tree that stops early: 1.5 draft passes an iteration on average, so half a pass after the first
+    fewer = 1.5 + (0.03 + 0.002 * (2.0 - 1)) + 0.5 * (0.03 + 0.002) + 0.05
+    assert mm.iteration_cost(tree, 2.0, c, passes=1.5) == pytest.approx(fewer)
+    assert mm.iteration_cost(tree, 2.0, c, passes=3) == pytest.approx(expect)  # its full depth
+    taus = {"tree 3/2/5": 2.0, "tree 3/2/5 stop 0.2": 1.95}
+    assert mm.choose(taus, c, False)[0] == tree  # priced at full depth, the stop loses τ for nothing
+    chosen, predicted = mm.choose(taus, c, False, passes={"tree 3/2/5 stop 0.2": 1.5})
+    assert chosen == sd.TreeBudget(3, 2, 5, stop=0.2)
+    assert predicted["tree 3/2/5"] == pytest.approx(2.0 / expect)
 
 
 def test_the_first_draft_pass_of_an_iteration_is_priced_at_c_first_once():
@@ -278,10 +293,10 @@ def test_contention_reads_oversubscription_and_impossible_verification_costs():
 
 
 def test_the_summary_recommends_plain_decoding_only_when_no_method_is_predicted_faster():
-    assert mm.plain_is_faster(1.2, 1.1) is None
-    assert "greedy" in mm.plain_is_faster(0.9, 1.1) and "sampling" not in mm.plain_is_faster(0.9, 1.1)
-    assert "greedy or when sampling" in mm.plain_is_faster(0.9, 0.95)
-    choice = mm.Choice(1, 1, {"greedy": {"chain γ=1": 0.9}, "T=1": {"chain γ=1": 1.05}}, costs(0.1))
+    assert mc.plain_is_faster(1.2, 1.1) is None
+    assert "greedy" in mc.plain_is_faster(0.9, 1.1) and "sampling" not in mc.plain_is_faster(0.9, 1.1)
+    assert "greedy or when sampling" in mc.plain_is_faster(0.9, 0.95)
+    choice = mc.Choice(1, 1, {"greedy": {"chain γ=1": 0.9}, "T=1": {"chain γ=1": 1.05}}, costs(0.1))
     assert "sd.autoregressive_generate" in choice.summary()
     choice.predicted["greedy"]["chain γ=1"] = 1.01  # power: above 1x, no such line
     assert "autoregressive_generate" not in choice.summary()
@@ -310,12 +325,12 @@ def test_default_methods_reads_quality_calibrates_and_can_be_switched_off(pair, 
 
     quality = tmp_path / "quality.json"
     # no quality file: keep the drafter's own
-    assert mm.default_methods(target, drafter, Tok(), quality) is None
+    assert mc.default_methods(target, drafter, Tok(), quality) is None
     quality.write_text(json.dumps({"tau": {"greedy": TAUS, "T=1": TAUS}}))
-    chosen = mm.default_methods(target, drafter, Tok(), quality)
+    chosen = mc.default_methods(target, drafter, Tok(), quality)
     assert set(chosen) == {"greedy", "sampled"} and "default method:" in capsys.readouterr().err
     monkeypatch.setenv("SPECDEC_CALIBRATE", "0")
-    assert mm.default_methods(target, drafter, Tok(), quality) is None
+    assert mc.default_methods(target, drafter, Tok(), quality) is None
 
 
 def test_pass_timings_run_in_inference_mode_as_the_loops_do():

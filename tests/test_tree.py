@@ -416,7 +416,8 @@ def dynamic_counts(target, draft, budget, sampling, seed=0) -> Counter:
 @pytest.mark.parametrize("budget,sampling", [
     (sd.TreeBudget(depth=3, topk=2, n_nodes=5), T1),
     (sd.TreeBudget(depth=4, topk=2, n_nodes=6), sd.SamplingConfig(0.7)),
-    (sd.TreeBudget(depth=2, topk=3, n_nodes=4), sd.SamplingConfig(1.2, top_k=2, top_p=0.9))])
+    (sd.TreeBudget(depth=2, topk=3, n_nodes=4), sd.SamplingConfig(1.2, top_k=2, top_p=0.9)),
+    (sd.TreeBudget(depth=3, topk=2, n_nodes=5, stop=0.3), T1)])  # stops by rank, blind to the tokens drawn
 def test_dynamic_tree_sequences_match_exact_target_distribution(pair3, budget, sampling):
     """Depth >= 2, so whole accepted paths (and the rejection at depth 2) are exercised."""
     target, draft = pair3
@@ -448,7 +449,8 @@ def test_chi_square_rejects_dynamic_tree_with_a_broken_rule(pair3, monkeypatch, 
     assert result.rejects(SIGNIFICANCE), f"{broken}: {result}"
 
 
-@pytest.mark.parametrize("budget", [sd.TreeBudget(1, 1, 1), sd.TreeBudget(3, 2, 5), sd.TreeBudget(4, 3, 9)])
+@pytest.mark.parametrize("budget", [sd.TreeBudget(1, 1, 1), sd.TreeBudget(3, 2, 5), sd.TreeBudget(4, 3, 9),
+                                    sd.TreeBudget(4, 2, 5, stop=0.3)])
 def test_greedy_dynamic_tree_equals_greedy_target(budget):
     target, draft = tiny_pair(vocab_size=8, seed=1, noise=0.3, hidden=32, n_layers=2)
     ids = torch.tensor([[1, 2, 3]])
@@ -477,7 +479,30 @@ def test_grow_tree_keeps_the_n_most_likely_paths():
     assert 3 in tree.depths()  # the confident 0 -> 0 -> 0 path reaches the full depth
 
 
-@pytest.mark.parametrize("bad", [dict(depth=0), dict(topk=0), dict(n_nodes=-1), dict(depth=1.5)])
+def test_a_tree_with_stop_skips_the_draft_passes_its_draft_is_unsure_of():
+    """The root's best child has draft probability 0.67 (softmax of 3, 2, 1, -5); each expansion makes its
+    node's best child 0.99 likely. stop above 0.67 drafts depth 1 only; below it, the full depth."""
+    calls = []
+
+    def expand(g, nodes):
+        calls.append(len(nodes))
+        logits = torch.full((len(nodes), 4), -4.0)
+        for r, v in enumerate(nodes):
+            logits[r, g.tokens[v]] = 2.0
+        return logits
+
+    root = torch.tensor([3.0, 2.0, 1.0, -5.0])
+    tree, _, _ = tree_mod.grow_tree(3, root, expand, sd.TreeBudget(depth=3, topk=2, n_nodes=4, stop=0.7))
+    assert calls == [] and tree.size == 2 and max(tree.depths()) == 1
+    tree, _, _ = tree_mod.grow_tree(3, root, expand, sd.TreeBudget(depth=3, topk=2, n_nodes=4, stop=0.6))
+    assert calls == [2, 2] and max(tree.depths()) == 3
+    calls.clear()  # stop = 0 is the plain budget
+    tree_mod.grow_tree(3, root, expand, sd.TreeBudget(depth=3, topk=2, n_nodes=4))
+    assert calls == [2, 2]
+
+
+@pytest.mark.parametrize("bad", [dict(depth=0), dict(topk=0), dict(n_nodes=-1), dict(depth=1.5),
+                                 dict(stop=1.0), dict(stop=-0.1), dict(stop="0.2")])
 def test_bad_tree_budgets_are_refused(bad):
     with pytest.raises(ValueError, match="TreeBudget"):
         sd.TreeBudget(**bad)

@@ -214,19 +214,25 @@ TREE_BUDGETS = tuple(m for m in CANDIDATES if isinstance(m, TreeBudget))
 
 
 def method_taus(target, drafter, encoded: list[torch.Tensor], methods: dict, max_new_tokens: int,
-                sampling: SamplingConfig, seed: int = 0, eos_token_id=None) -> dict[str, float]:
+                sampling: SamplingConfig, seed: int = 0, eos_token_id=None,
+                draft_passes: dict | None = None) -> dict[str, float]:
     """τ, new tokens per target pass (the prefill's pass included), of each method {name: dict(gamma=..) or
     dict(tree=..)}. A feature drafter's first pass drafts nothing (it is the prefill), a model draft's
-    does."""
+    does. draft_passes: a dict to fill with each method's draft passes per iteration (fewer than its depth
+    for a tree that stops early, `TreeBudget.stop`)."""
     taus = {}
     for name, how in methods.items():
         g = torch.Generator(device=encoded[0].device).manual_seed(seed)
-        tokens = passes = 0
+        tokens = passes = drafts = iterations = 0
         for ids in encoded:
+            before = drafter.calls  # a drafter counts its passes over its lifetime
             out = speculative_generate(target, drafter, ids, max_new_tokens, **how, sampling=sampling,
                                        generator=g, eos_token_id=eos_token_id)
             tokens, passes = tokens + out.tokens.shape[0], passes + out.stats.target_calls
+            drafts, iterations = drafts + drafter.calls - before, iterations + len(out.stats.accepted)
         taus[name] = tokens / passes if passes else float("nan")
+        if draft_passes is not None:
+            draft_passes[name] = drafts / iterations if iterations else float("nan")
     return taus
 
 
@@ -253,12 +259,14 @@ def diagnose(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, 
     methods = {method_name(g): dict(gamma=g) for g in range(1, gamma_max + 1)}
     methods.update({method_name(b): dict(tree=b) for b in trees})
     say("measuring τ of every chain and tree ...")
-    taus = method_taus(target, drafter, encoded, methods, max_new_tokens, sampling, seed, eos_token_id)
+    passes: dict[str, float] = {}  # draft passes per iteration
+    taus = method_taus(target, drafter, encoded, methods, max_new_tokens, sampling, seed, eos_token_id,
+                       draft_passes=passes)
     say("calibrating the costs per draft pass, row and iteration "
         "(models.method, as the default choice does) ...")
     costs = calibrate(target, drafter, encoded[0])
     # the loader's choice, on measured τ
-    best_method, predicted = choose(taus, costs, sampled=not sampling.greedy)
+    best_method, predicted = choose(taus, costs, sampled=not sampling.greedy, passes=passes)
     best = method_name(best_method)
     coverage = None
     if isinstance(drafter, FeatureDrafter):  # what a tree of this head can keep, depth by depth

@@ -154,7 +154,7 @@ def load_offline_pair(device: torch.device | str | None = None, dtype: torch.dty
             head = aot_head.attach_head(head)
         drafter = FeatureDrafter(head, default_gamma=2, sharpness=feature_draft.recorded_sharpness())
         if choose_method:
-            from .method import default_methods
+            from .choice import default_methods
             drafter.defaults = default_methods(target, drafter, tokenizer,
                                                feature_draft.WEIGHTS_DIR / "quality.json")
         return target, drafter, tokenizer

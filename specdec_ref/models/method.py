@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import statistics
 import sys
 from dataclasses import asdict, dataclass
@@ -50,7 +49,10 @@ Method = int | TreeBudget  # a chain of γ draft tokens, or an EAGLE-2 dynamic t
 # afford; one draft pass (depth 1) drafts the head's best two or three guesses for the next token
 CANDIDATES: tuple[Method, ...] = (1, 2, 3, 4, 5, 6, TreeBudget(1, 2, 2), TreeBudget(1, 3, 3),
                                   TreeBudget(2, 2, 3), TreeBudget(2, 2, 4), TreeBudget(3, 3, 6),
-                                  TreeBudget(3, 3, 8), TreeBudget(4, 4, 12), TreeBudget(5, 4, 16))
+                                  TreeBudget(3, 3, 8), TreeBudget(4, 4, 12), TreeBudget(5, 4, 16),
+                                  # deeper trees that skip a draft pass where the head is unsure
+                                  TreeBudget(4, 2, 5, stop=0.15), TreeBudget(4, 3, 6, stop=0.15),
+                                  TreeBudget(4, 3, 6, stop=0.25), TreeBudget(5, 3, 8, stop=0.15))
 # (method, sampled): the iterations the costs are fitted on
 CALIBRATION = ((1, False), (3, False), (TreeBudget(2, 2, 4), False), (TreeBudget(4, 4, 12), False),
                (3, True), (TreeBudget(2, 2, 4), True), (TreeBudget(4, 4, 12), True))
@@ -59,18 +61,26 @@ VERIFY_KS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 13, 17)  # t(7) > t(8) with oneDNN i
 
 
 def method_name(method: Method) -> str:
-    """"chain γ=3" or "tree 3/3/8" (depth / width / nodes): the names in quality.json and `diagnose`."""
-    return f"tree {method.depth}/{method.topk}/{method.n_nodes}" if isinstance(method, TreeBudget) \
-        else f"chain γ={method}"
+    """"chain γ=3", "tree 3/3/8" (depth / width / nodes) or "tree 4/2/5 stop 0.15" (`TreeBudget.stop`): the
+    names in quality.json and `diagnose`."""
+    if not isinstance(method, TreeBudget):
+        return f"chain γ={method}"
+    stop = f" stop {method.stop:g}" if method.stop > 0 else ""
+    return f"tree {method.depth}/{method.topk}/{method.n_nodes}{stop}"
 
 
 def parse_method(name: str) -> Method:
     """The inverse of `method_name`."""
+    name, _, stop = name.partition(" stop ")
     kind, _, rest = name.partition(" ")
     numbers = rest.removeprefix("γ=").split("/")
-    if all(x.isdigit() for x in numbers) and (kind, len(numbers)) in (("chain", 1), ("tree", 3)):
-        return int(numbers[0]) if kind == "chain" else TreeBudget(*(int(x) for x in numbers))
-    raise ValueError(f"a method name is 'chain γ=<int>' or 'tree <depth>/<width>/<nodes>', got {name!r}")
+    if (all(x.isdigit() for x in numbers) and (kind, len(numbers)) in (("chain", 1), ("tree", 3))
+            and (not stop or kind == "tree" and stop.replace(".", "", 1).isdigit())):
+        if kind == "chain":
+            return int(numbers[0])
+        return TreeBudget(*(int(x) for x in numbers), stop=float(stop or 0))
+    raise ValueError("a method name is 'chain γ=<int>' or 'tree <depth>/<width>/<nodes>' (then optionally "
+                     f"' stop <p>'), got {name!r}")
 
 
 def target_rows(method: Method) -> int:
@@ -113,24 +123,30 @@ def cold_extra(c_first: float, c: float) -> float:
     return max(c_first - c, 0.0)
 
 
-def iteration_cost(method: Method, tau: float, costs: Costs, sampled: bool = False) -> float:
-    """One iteration's time in plain-loop steps (the module docstring's cost)."""
-    draft = sum(costs.c_pass + costs.c_row * (m - 1) for m in draft_rows(method, tau))
+def iteration_cost(method: Method, tau: float, costs: Costs, sampled: bool = False,
+                   passes: float | None = None) -> float:
+    """One iteration's time in plain-loop steps (the module docstring's cost); passes: the draft passes an
+    iteration makes on average, where fewer than the method's (a tree with `stop`)."""
+    rows = draft_rows(method, tau)
+    later = (len(rows) if passes is None else passes) - 1  # the passes after the first, all of one width
+    draft = costs.c_pass + costs.c_row * (rows[0] - 1) + later * (costs.c_pass + costs.c_row * (rows[-1] - 1))
     draft += cold_extra(costs.c_first, costs.c_pass)
     nodes = method.n_nodes if isinstance(method, TreeBudget) else 0
     return (costs.verify_cost(target_rows(method)) + draft + costs.h0 + costs.h_node * nodes
             + (costs.h_sampled + costs.h_node_sampled * nodes if sampled else 0.0))
 
 
-def predicted_speedup(method: Method, tau: float, costs: Costs, sampled: bool = False) -> float:
+def predicted_speedup(method: Method, tau: float, costs: Costs, sampled: bool = False,
+                      passes: float | None = None) -> float:
     """τ tokens per iteration over what the iteration costs: the speedup over plain decoding."""
-    return tau / iteration_cost(method, tau, costs, sampled)
+    return tau / iteration_cost(method, tau, costs, sampled, passes)
 
 
-def choose(taus: dict[str, float], costs: Costs, sampled: bool) -> tuple[Method, dict[str, float]]:
-    """The method with the highest predicted speedup, from recorded τ by name -> (method, predictions by
-    name)."""
-    predicted = {name: predicted_speedup(parse_method(name), tau, costs, sampled)
+def choose(taus: dict[str, float], costs: Costs, sampled: bool,
+           passes: dict[str, float] | None = None) -> tuple[Method, dict[str, float]]:
+    """The method with the highest predicted speedup, from recorded τ (and draft passes per iteration, where
+    recorded) by name -> (method, predictions by name)."""
+    predicted = {name: predicted_speedup(parse_method(name), tau, costs, sampled, (passes or {}).get(name))
                  for name, tau in taus.items()}
     return parse_method(max(predicted, key=predicted.get)), predicted
 
@@ -439,62 +455,3 @@ def calibrated_costs(target, drafter, ids: torch.Tensor, *, refresh: bool = Fals
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(asdict(costs), indent=1))
     return costs
-
-
-@dataclass
-class Choice:
-    """The default methods a drafter runs, and the numbers they were chosen from."""
-    greedy: Method
-    sampled: Method
-    predicted: dict[str, dict[str, float]]  # "greedy" / "T=1" -> method name -> predicted speedup
-    costs: Costs
-
-    def summary(self) -> str:
-        """Two lines for the reader: what runs by default, why, and how to choose otherwise."""
-        g, s = method_name(self.greedy), method_name(self.sampled)
-        pg, ps = self.predicted["greedy"][g], self.predicted["T=1"][s]
-        c = self.costs
-        text = (f"default method: {g} greedy (predicted {pg:.2f}×), {s} when sampling (predicted {ps:.2f}×); "
-                f"from this machine's t(k)/t(1) = {c.verify_cost(2):.2f} (k=2), "
-                f"{c.verify_cost(5):.2f} (k=5), {c.verify_cost(13):.2f} (k=13), "
-                f"draft pass c₁ = {c.c_pass:.3f} ({max(c.c_first, c.c_pass):.3f} right after the target's), "
-                f"loop overhead h₀ = {c.h0:.3f} (+ {c.h_node:.3f} per tree node; when sampling + "
-                f"{c.h_sampled:.3f} + {c.h_node_sampled:.3f} per node), and the head's recorded τ by method\n"
-                "  override: speculative_generate(..., gamma=γ) or tree=sd.TreeBudget(depth, topk, n_nodes); "
-                "SPECDEC_CALIBRATE=0 skips the calibration")
-        slower = plain_is_faster(pg, ps)
-        return text if slower is None else text + "\n  " + slower
-
-
-def plain_is_faster(greedy: float, sampled: float) -> str | None:
-    """A line for the reader when the best predicted speedup is below 1× (greedy, sampling or both): plain
-    decoding is the faster method there; None otherwise."""
-    where = [name for name, x in (("greedy", greedy), ("when sampling", sampled)) if x < 1.0]
-    if not where:
-        return None
-    return (f"no method is predicted faster than plain decoding {' or '.join(where)} on this machine: "
-            "sd.autoregressive_generate(target, ids, n) is the faster call there")
-
-
-def choose_defaults(target, drafter, quality: dict, ids: torch.Tensor) -> Choice:
-    """Calibrate (or read the cached costs) and pick the best recorded method for greedy and for sampling."""
-    costs = calibrated_costs(target, drafter, ids)
-    greedy, pg = choose(quality["tau"]["greedy"], costs, sampled=False)
-    sampled, ps = choose(quality["tau"]["T=1"], costs, sampled=True)
-    return Choice(greedy, sampled, {"greedy": pg, "T=1": ps}, costs)
-
-
-CALIBRATION_PROMPT = "Explain in a few sentences how a bicycle stays upright."  # not a held-out prompt
-
-
-def default_methods(target, drafter, tokenizer, quality_path: Path) -> dict | None:
-    """{"greedy": method, "sampled": method} for a drafter whose quality.json ships, chosen on this machine;
-    None (the drafter keeps its own default) without a quality file or with SPECDEC_CALIBRATE=0. Prints the
-    choice."""
-    if os.environ.get("SPECDEC_CALIBRATE", "1") == "0" or not quality_path.exists():
-        return None
-    from .loading import encode_chat
-    ids = encode_chat(tokenizer, CALIBRATION_PROMPT, next(target.parameters()).device)
-    choice = choose_defaults(target, drafter, json.loads(quality_path.read_text()), ids)
-    print(choice.summary(), file=sys.stderr, flush=True)
-    return {"greedy": choice.greedy, "sampled": choice.sampled}

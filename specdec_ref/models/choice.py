@@ -1,0 +1,76 @@
+"""The default method a drafter runs, chosen on this machine: calibrated costs (`models.method`) and the
+head's recorded quality (quality.json beside its weights) -> the chain or tree with the best predicted
+speedup, greedy and sampled separately, and the lines that tell the reader what was chosen and how to
+override it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .method import Costs, Method, calibrated_costs, choose, method_name
+
+
+@dataclass
+class Choice:
+    """The default methods a drafter runs, and the numbers they were chosen from."""
+    greedy: Method
+    sampled: Method
+    predicted: dict[str, dict[str, float]]  # "greedy" / "T=1" -> method name -> predicted speedup
+    costs: Costs
+
+    def summary(self) -> str:
+        """Two lines for the reader: what runs by default, why, and how to choose otherwise."""
+        g, s = method_name(self.greedy), method_name(self.sampled)
+        pg, ps = self.predicted["greedy"][g], self.predicted["T=1"][s]
+        c = self.costs
+        text = (f"default method: {g} greedy (predicted {pg:.2f}×), {s} when sampling (predicted {ps:.2f}×); "
+                f"from this machine's t(k)/t(1) = {c.verify_cost(2):.2f} (k=2), "
+                f"{c.verify_cost(5):.2f} (k=5), {c.verify_cost(13):.2f} (k=13), "
+                f"draft pass c₁ = {c.c_pass:.3f} ({max(c.c_first, c.c_pass):.3f} right after the target's), "
+                f"loop overhead h₀ = {c.h0:.3f} (+ {c.h_node:.3f} per tree node; when sampling + "
+                f"{c.h_sampled:.3f} + {c.h_node_sampled:.3f} per node), and the head's recorded τ by method\n"
+                "  override: speculative_generate(..., gamma=γ) or "
+                "tree=sd.TreeBudget(depth, topk, n_nodes, stop=p); SPECDEC_CALIBRATE=0 skips the calibration")
+        slower = plain_is_faster(pg, ps)
+        return text if slower is None else text + "\n  " + slower
+
+
+def plain_is_faster(greedy: float, sampled: float) -> str | None:
+    """A line for the reader when the best predicted speedup is below 1× (greedy, sampling or both): plain
+    decoding is the faster method there; None otherwise."""
+    where = [name for name, x in (("greedy", greedy), ("when sampling", sampled)) if x < 1.0]
+    if not where:
+        return None
+    return (f"no method is predicted faster than plain decoding {' or '.join(where)} on this machine: "
+            "sd.autoregressive_generate(target, ids, n) is the faster call there")
+
+
+def choose_defaults(target, drafter, quality: dict, ids: torch.Tensor) -> Choice:
+    """Calibrate (or read the cached costs) and pick the best recorded method for greedy and for sampling."""
+    costs = calibrated_costs(target, drafter, ids)
+    passes = quality.get("draft_passes", {})  # per iteration, by method (older quality files lack it)
+    greedy, pg = choose(quality["tau"]["greedy"], costs, sampled=False, passes=passes.get("greedy"))
+    sampled, ps = choose(quality["tau"]["T=1"], costs, sampled=True, passes=passes.get("T=1"))
+    return Choice(greedy, sampled, {"greedy": pg, "T=1": ps}, costs)
+
+
+CALIBRATION_PROMPT = "Explain in a few sentences how a bicycle stays upright."  # not a held-out prompt
+
+
+def default_methods(target, drafter, tokenizer, quality_path: Path) -> dict | None:
+    """{"greedy": method, "sampled": method} for a drafter whose quality.json ships, chosen on this machine;
+    None (the drafter keeps its own default) without a quality file or with SPECDEC_CALIBRATE=0. Prints the
+    choice."""
+    if os.environ.get("SPECDEC_CALIBRATE", "1") == "0" or not quality_path.exists():
+        return None
+    from .loading import encode_chat
+    ids = encode_chat(tokenizer, CALIBRATION_PROMPT, next(target.parameters()).device)
+    choice = choose_defaults(target, drafter, json.loads(quality_path.read_text()), ids)
+    print(choice.summary(), file=sys.stderr, flush=True)
+    return {"greedy": choice.greedy, "sampled": choice.sampled}
