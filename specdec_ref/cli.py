@@ -68,7 +68,8 @@ def method_name(args) -> str:
     """The speculative method the run uses, in words."""
     if args.tree is not None:
         b = args.tree
-        return f"dynamic tree (EAGLE-2: depth {b.depth}, top-{b.topk}, {b.n_nodes} nodes)"
+        stop = f", no deeper where its paths are below {b.stop:g}" if b.stop > 0 else ""
+        return f"dynamic tree (EAGLE-2: depth {b.depth}, top-{b.topk}, {b.n_nodes} nodes{stop})"
     return f"chain of γ = {args.gamma}"
 
 

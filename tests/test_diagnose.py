@@ -136,12 +136,26 @@ def test_method_taus_counts_tokens_per_target_pass_after_the_prefill():
     assert taus["chain γ=3"] == pytest.approx(4.0)  # every pass keeps γ + 1 tokens
 
 
+def test_method_taus_counts_the_draft_passes_an_iteration_makes():
+    from specdec_ref.lab.diagnose import method_taus
+    from specdec_ref.models.toy import tiny_pair
+    target, draft = tiny_pair(vocab_size=8, seed=0, noise=0.5, hidden=32)
+    drafter, passes = sd.ModelDrafter(draft), {}
+    methods = {"chain γ=3": dict(gamma=3), "tree 3/2/4": dict(tree=sd.TreeBudget(3, 2, 4)),
+               "tree 3/2/4 stop 0.9": dict(tree=sd.TreeBudget(3, 2, 4, stop=0.9))}
+    method_taus(target, drafter, [torch.tensor([[1, 2, 3]])], methods, 40, sd.SamplingConfig(0),
+                draft_passes=passes)
+    assert 2.5 < passes["chain γ=3"] <= 3.0 and 2.5 < passes["tree 3/2/4"] <= 3.0  # fewer near the end
+    assert passes["tree 3/2/4 stop 0.9"] < passes["tree 3/2/4"] - 0.5  # an unsure draft stops early
+
+
 def test_the_best_method_line_says_how_to_run_it():
     from specdec_ref.lab.diagnose import method_call
     from specdec_ref.models.method import CANDIDATES, method_name
     assert method_call("chain γ=3") == "speculative_generate(..., gamma=3)"
     assert method_call("tree 2/2/4") == ("speculative_generate(..., "
                                          "tree=sd.TreeBudget(depth=2, topk=2, n_nodes=4))")
+    assert method_call("tree 4/2/5 stop 0.15").endswith("n_nodes=5, stop=0.15))")
     for m in CANDIDATES:  # every candidate the default choice may name can be written as a call
         assert method_call(method_name(m)).startswith("speculative_generate(..., ")
     with pytest.raises(ValueError, match="a method name is"):

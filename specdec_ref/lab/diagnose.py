@@ -219,17 +219,18 @@ def method_taus(target, drafter, encoded: list[torch.Tensor], methods: dict, max
     """τ, new tokens per target pass (the prefill's pass included), of each method {name: dict(gamma=..) or
     dict(tree=..)}. A feature drafter's first pass drafts nothing (it is the prefill), a model draft's
     does. draft_passes: a dict to fill with each method's draft passes per iteration (fewer than its depth
-    for a tree that stops early, `TreeBudget.stop`)."""
+    for a tree that stops early, `TreeBudget.stop`); the drafter must then be a `Drafter`."""
     taus = {}
     for name, how in methods.items():
         g = torch.Generator(device=encoded[0].device).manual_seed(seed)
         tokens = passes = drafts = iterations = 0
         for ids in encoded:
-            before = drafter.calls  # a drafter counts its passes over its lifetime
+            before = drafter.calls if draft_passes is not None else 0  # a Drafter counts over its lifetime
             out = speculative_generate(target, drafter, ids, max_new_tokens, **how, sampling=sampling,
                                        generator=g, eos_token_id=eos_token_id)
             tokens, passes = tokens + out.tokens.shape[0], passes + out.stats.target_calls
-            drafts, iterations = drafts + drafter.calls - before, iterations + len(out.stats.accepted)
+            if draft_passes is not None:
+                drafts, iterations = drafts + drafter.calls - before, iterations + len(out.stats.accepted)
         taus[name] = tokens / passes if passes else float("nan")
         if draft_passes is not None:
             draft_passes[name] = drafts / iterations if iterations else float("nan")
@@ -344,8 +345,9 @@ def method_call(name: str) -> str:
     """How to ask speculative_generate for a method named as `models.method.method_name` writes it."""
     method = parse_method(name)
     if isinstance(method, TreeBudget):
+        stop = f", stop={method.stop:g}" if method.stop > 0 else ""
         return (f"speculative_generate(..., tree=sd.TreeBudget(depth={method.depth}, topk={method.topk}, "
-                f"n_nodes={method.n_nodes}))")
+                f"n_nodes={method.n_nodes}{stop}))")
     return f"speculative_generate(..., gamma={method})"
 
 
