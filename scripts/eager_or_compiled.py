@@ -36,7 +36,7 @@ import specdec_ref as sd  # noqa: E402
 from specdec_ref.distill.prompts import HELD_OUT  # noqa: E402
 from specdec_ref.lab.bench import run_interleaved  # noqa: E402
 from specdec_ref.models import aot, aot_use  # noqa: E402
-from specdec_ref.models.method import method_name, parse_method  # noqa: E402
+from specdec_ref.models.method import method_kwargs, method_name, parse_method  # noqa: E402
 
 target, draft, tok = sd.load_offline_pair(draft="feature")
 paths = {}  # name -> the CompiledPass to attach, or None for the eager target
@@ -66,7 +66,7 @@ def run(path, method, ids):  # one generation of `method` with the target on `pa
     opts = dict(sampling=sampling, generator=g)
     if method is None:
         return sd.autoregressive_generate(target, ids, args.tokens, **opts)
-    how = dict(tree=method) if isinstance(method, sd.TreeBudget) else dict(gamma=method)
+    how = method_kwargs(method)
     return sd.speculative_generate(target, draft, ids, args.tokens, **how, **opts)
 
 

@@ -4,15 +4,14 @@
         [--methods "tree 2/2/3,tree 2/2/4,chain γ=3"] [--temperature 0]
 
 With fusion, q, k and v are one oneDNN product and gate and up another: 4 GEMMs a decoder layer instead of 7
-(and the feature head's eager body, where it has no compiled package, alike). This decodes the bench's prompts
-with the offline pair both ways, round after round and prompt by prompt (the switch:
-`kernels.separate_products`), plain decoding and each method (named: the calibrated choice would differ
-between the two), seeds varying by round and prompt, and prints one JSON line: tokens/s of every path, each
-method's speedup over the plain loop with the same kernels and over the unfused plain loop, and whether both
-ways gave the same tokens.
+(and the feature head's eager body, where it has no compiled package, alike). This decodes the bench's
+prompts with the offline pair both ways, round after round and prompt by prompt (`lab.bench.run_both_ways`;
+the switch: `kernels.separate_products`), plain decoding and each method (named: the calibrated choice would
+differ between the two), seeds varying by round and prompt, and prints one JSON line: tokens/s of every
+path, each method's speedup over the plain loop with the same kernels and over the unfused plain loop, and
+whether both ways gave the same tokens.
 """
 import argparse
-import contextlib
 import json
 import warnings
 
@@ -29,45 +28,20 @@ args = p.parse_args()
 warnings.filterwarnings("ignore")
 torch.set_num_threads(args.threads)
 import specdec_ref as sd  # noqa: E402
-from specdec_ref.lab.bench import BENCH_PROMPTS  # noqa: E402
-from specdec_ref.lab.bench import Row  # noqa: E402
+from specdec_ref.lab.bench import BENCH_PROMPTS, run_both_ways  # noqa: E402
 from specdec_ref.models.kernels import n_fused_groups, separate_products  # noqa: E402
-from specdec_ref.models.method import parse_method  # noqa: E402
+from specdec_ref.models.method import method_kwargs, parse_method  # noqa: E402
 
 target, drafter, tok = sd.load_offline_pair(draft="feature", choose_method=False)
 n_groups = n_fused_groups(target)
 if not n_groups:
     raise SystemExit("the target has no fused projections here (SPECDEC_FUSE=0, or no oneDNN prepacking)")
 encoded = [sd.encode_chat(tok, q) for q in BENCH_PROMPTS[:args.prompts]]
-sampling = sd.SamplingConfig(args.temperature)
 names = ["plain"] + args.methods.split(",")
-
-
-def run(name: str, ids: torch.Tensor, seed: int, fused: bool):
-    g = torch.Generator().manual_seed(seed)
-    with contextlib.nullcontext() if fused else separate_products(target):
-        if name == "plain":
-            return sd.autoregressive_generate(target, ids, args.tokens, sampling=sampling, generator=g)
-        method = parse_method(name)
-        how = dict(gamma=method) if isinstance(method, int) else dict(tree=method)
-        return sd.speculative_generate(target, drafter, ids, args.tokens, sampling=sampling, generator=g,
-                                       **how)
-
-
-for on in (False, True):  # warm-up: packs every weight both ways
-    for name in names:
-        run(name, encoded[0][:, :8], 0, on)
-rows = {(on, name): Row(name) for on in (False, True) for name in names}
-same = []
-for r in range(args.rounds):
-    for i, ids in enumerate(encoded):
-        out = {}
-        for on in (False, True):
-            for name in names:
-                gen = run(name, ids, 1000 * r + i, on)
-                out[on, name] = gen.tokens
-                rows[on, name].add(gen)
-        same += [torch.equal(out[False, name], out[True, name]) for name in names]
+methods = {name: None if name == "plain" else method_kwargs(parse_method(name)) for name in names}
+rows, same = run_both_ways(target, drafter, encoded, methods, lambda: separate_products(target),
+                           max_new_tokens=args.tokens, sampling=sd.SamplingConfig(args.temperature),
+                           rounds=args.rounds)
 rate = {key: row.tokens_per_second for key, row in rows.items()}
 result = {"threads": args.threads, "dtype": str(target.dtype), "temperature": args.temperature,
           "groups fused": n_groups, "same tokens both ways": f"{sum(same)}/{len(same)}"}

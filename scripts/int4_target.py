@@ -4,7 +4,8 @@
         [--methods "tree 2/2/3,chain γ=2"] [--temperature 0]
 
 Loads the offline pair with the 4-bit copies attached (`load_offline_pair(int4=True)`) and decodes the bench's
-prompts both ways, round after round and prompt by prompt (the switch: `int4.without_int4`), plain decoding
+prompts both ways, round after round and prompt by prompt (`lab.bench.run_both_ways`; the switch:
+`int4.without_int4`), plain decoding
 and each method (named: the calibrated choice would differ between the two), seeds varying by round and
 prompt.
 Prints one JSON line: tokens/s of every path, each method's speedup over the plain loop with the same weights
@@ -12,7 +13,6 @@ and over the faster of the two plain loops, τ, and how many outputs were the sa
 ways round differently, so bfloat16 outputs part at near-ties; in float32 they match to 1e-4 in the logits).
 """
 import argparse
-import contextlib
 import json
 import warnings
 
@@ -29,44 +29,19 @@ args = p.parse_args()
 warnings.filterwarnings("ignore")
 torch.set_num_threads(args.threads)
 import specdec_ref as sd  # noqa: E402
-from specdec_ref.lab.bench import BENCH_PROMPTS, Row  # noqa: E402
+from specdec_ref.lab.bench import BENCH_PROMPTS, run_both_ways  # noqa: E402
 from specdec_ref.models import int4  # noqa: E402
 from specdec_ref.models.kernels import n_int4  # noqa: E402
-from specdec_ref.models.method import parse_method  # noqa: E402
+from specdec_ref.models.method import method_kwargs, parse_method  # noqa: E402
 
 target, drafter, tok = sd.load_offline_pair(draft="feature", choose_method=False, int4=True)
 if not n_int4(target):
     raise SystemExit("no 4-bit copies on this target (no CPU int4 kernel in this torch, or no prepacking)")
 encoded = [sd.encode_chat(tok, q) for q in BENCH_PROMPTS[:args.prompts]]
-sampling = sd.SamplingConfig(args.temperature)
 names = ["plain"] + args.methods.split(",")
-
-
-def run(name: str, ids: torch.Tensor, seed: int, four_bit: bool):
-    g = torch.Generator().manual_seed(seed)
-    with contextlib.nullcontext() if four_bit else int4.without_int4():
-        if name == "plain":
-            return sd.autoregressive_generate(target, ids, args.tokens, sampling=sampling, generator=g)
-        method = parse_method(name)
-        how = dict(gamma=method) if isinstance(method, int) else dict(tree=method)
-        return sd.speculative_generate(target, drafter, ids, args.tokens, sampling=sampling, generator=g,
-                                       **how)
-
-
-for four_bit in (False, True):  # warm-up
-    for name in names:
-        run(name, encoded[0][:, :8], 0, four_bit)
-rows = {(four_bit, name): Row(name) for four_bit in (False, True) for name in names}
-same = []
-for r in range(args.rounds):
-    for i, ids in enumerate(encoded):
-        out = {}
-        for four_bit in (False, True):
-            for name in names:
-                gen = run(name, ids, 1000 * r + i, four_bit)
-                out[four_bit, name] = gen.tokens
-                rows[four_bit, name].add(gen)
-        same += [torch.equal(out[False, name], out[True, name]) for name in names]
+methods = {name: None if name == "plain" else method_kwargs(parse_method(name)) for name in names}
+rows, same = run_both_ways(target, drafter, encoded, methods, int4.without_int4, max_new_tokens=args.tokens,
+                           sampling=sd.SamplingConfig(args.temperature), rounds=args.rounds)
 rate = {key: row.tokens_per_second for key, row in rows.items()}
 fastest_plain = max(rate[False, "plain"], rate[True, "plain"])
 result = {"threads": args.threads, "dtype": str(target.dtype), "temperature": args.temperature,

@@ -30,7 +30,7 @@ from specdec_ref.lab.compare import target_answers  # noqa: E402
 from specdec_ref.lab.coverage import acceptance_by_sharpness, coverage_by_depth  # noqa: E402
 from specdec_ref.lab.diagnose import method_taus, position_acceptance  # noqa: E402
 from specdec_ref.models import feature_draft  # noqa: E402
-from specdec_ref.models.method import CANDIDATES, method_name  # noqa: E402
+from specdec_ref.models.method import CANDIDATES, method_kwargs, method_name  # noqa: E402
 
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--prompts", type=int, default=12)
@@ -45,7 +45,7 @@ torch.set_num_threads(args.threads)
 t0 = time.time()
 target, draft, tok = sd.load_offline_pair(draft="feature")
 encoded = [sd.encode_chat(tok, q) for q in TUNING[:args.prompts]]
-methods = {method_name(m): (dict(tree=m) if isinstance(m, sd.TreeBudget) else dict(gamma=m))
+methods = {method_name(m): method_kwargs(m)
            for m in CANDIDATES}
 quality = {"prompts": f"distill.prompts.TUNING[:{args.prompts}]", "samples_at_T=1": args.samples,
            "max_new_tokens": args.tokens,

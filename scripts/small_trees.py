@@ -23,14 +23,14 @@ torch.set_num_threads(args.threads)
 import specdec_ref as sd  # noqa: E402
 from specdec_ref.distill.prompts import HELD_OUT  # noqa: E402
 from specdec_ref.lab.diagnose import measure_speedups  # noqa: E402
-from specdec_ref.models.method import method_name, parse_method  # noqa: E402
+from specdec_ref.models.method import method_kwargs, method_name, parse_method  # noqa: E402
 
 target, draft, tok = sd.load_offline_pair(draft="feature")
 encoded = [sd.encode_chat(tok, q) for q in HELD_OUT[12:12 + args.prompts]]
 methods = [parse_method(f"tree {m}" if "/" in m else f"chain γ={m}") for m in args.methods.split(",")]
 for label, sampling in (("greedy", sd.SamplingConfig(0)), ("T=1", sd.SamplingConfig(1.0))):
     default = draft.default_method(sampling)
-    runs = {method_name(m): (draft, dict(tree=m) if isinstance(m, sd.TreeBudget) else dict(gamma=m))
+    runs = {method_name(m): (draft, method_kwargs(m))
             for m in methods}
     runs[f"the default ({method_name(default)})"] = (draft, {})
     rows = measure_speedups(target, runs, encoded, args.tokens, sampling, 0, tok.eos_token_id)

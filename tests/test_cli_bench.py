@@ -4,6 +4,9 @@ import subprocess
 import sys
 
 import pytest
+import torch
+
+import specdec_ref as sd
 
 from specdec_ref.lab.bench import format_table
 
@@ -49,3 +52,34 @@ def test_bench_writes_table_and_json_with_every_row(tmp_path):
     assert 0 < result["cost_ratio_c"] and result["predicted_speedup"] > 0
     assert result["command"].startswith("python -m specdec_ref bench")
     assert format_table(result) in out.stdout
+
+
+def test_run_both_ways_pairs_every_run_and_sees_a_switch_that_changes_the_output():
+    import contextlib
+
+    from specdec_ref.lab.bench import run_both_ways
+    from specdec_ref.models.toy import tiny_pair
+    target, draft = tiny_pair(vocab_size=16, seed=0, noise=0.3, hidden=32)
+    encoded = [torch.tensor([[1, 2, 3]]), torch.tensor([[4, 5]])]
+    methods = {"plain": None, "chain γ=2": dict(gamma=2), "tree 2/2/3": dict(tree=sd.TreeBudget(2, 2, 3))}
+    greedy = sd.SamplingConfig(0)
+    rows, same = run_both_ways(target, sd.ModelDrafter(draft), encoded, methods, contextlib.nullcontext,
+                               max_new_tokens=12, sampling=greedy, rounds=2)
+    assert set(rows) == {(on, name) for on in (False, True) for name in methods}
+    assert all(row.tokens == 2 * 2 * 12 for row in rows.values()) and len(same) == 2 * 2 * 3 and all(same)
+
+    @contextlib.contextmanager
+    def another_target():  # the switch off: a different model, so greedy outputs part
+        weight = target.lm_head.weight
+        with torch.no_grad():
+            saved = weight.clone()
+            weight.copy_(torch.randn_like(weight))
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                weight.copy_(saved)
+
+    _, same = run_both_ways(target, sd.ModelDrafter(draft), encoded, methods, another_target,
+                            max_new_tokens=12, sampling=greedy, rounds=1)
+    assert not any(same)

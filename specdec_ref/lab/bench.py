@@ -161,6 +161,37 @@ def run_interleaved(methods: dict[str, Callable], encoded: list[torch.Tensor], p
     return rows
 
 
+def run_both_ways(target, drafter, encoded: list[torch.Tensor], methods: dict[str, dict | None],
+                  switched_off: Callable, *, max_new_tokens: int, sampling: SamplingConfig,
+                  rounds: int = 2) -> tuple[dict[tuple[bool, str], Row], list[bool]]:
+    """Plain decoding (a method given as None) and speculative methods ({name: `method_kwargs(...)`}) with a
+    switch on and inside `switched_off()`, round after round and prompt by prompt, the seed varying by round
+    and prompt -> (Rows by (on, name), for every run whether both ways gave the same tokens)."""
+    def run(how: dict | None, ids: torch.Tensor, seed: int, on: bool) -> Generation:
+        g = torch.Generator().manual_seed(seed)
+        with contextlib.nullcontext() if on else switched_off():
+            if how is None:
+                return autoregressive_generate(target, ids, max_new_tokens, sampling=sampling, generator=g)
+            return speculative_generate(target, drafter, ids, max_new_tokens, **how, sampling=sampling,
+                                        generator=g)
+
+    for on in (False, True):  # warm-up: packs every weight both ways
+        for how in methods.values():
+            run(how, encoded[0][:, :8], 0, on)
+    rows = {(on, name): Row(name) for on in (False, True) for name in methods}
+    same = []
+    for r in range(rounds):
+        for i, ids in enumerate(encoded):
+            out = {}
+            for on in (False, True):
+                for name, how in methods.items():
+                    gen = run(how, ids, 1000 * r + i, on)
+                    out[on, name] = gen.tokens
+                    rows[on, name].add(gen)
+            same += [torch.equal(out[False, name], out[True, name]) for name in methods]
+    return rows, same
+
+
 def hf_generate(target, ids, max_new_tokens, sampling, generator, *, keep: list | None = None,
                 **assist) -> tuple[int, float]:  # [1, T] ->
     """Hugging Face `generate` (plain, or assisted with `assistant_model=`), timed -> (new tokens, seconds).

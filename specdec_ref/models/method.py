@@ -83,6 +83,11 @@ def parse_method(name: str) -> Method:
                      f"' stop <p>'), got {name!r}")
 
 
+def method_kwargs(method: Method) -> dict:
+    """How `speculative_generate` is asked for a method: dict(gamma=γ) or dict(tree=budget)."""
+    return dict(tree=method) if isinstance(method, TreeBudget) else dict(gamma=method)
+
+
 def target_rows(method: Method) -> int:
     """Rows the target scores per iteration: the newest token and the drafted ones."""
     return rows_per_pass(method) + 1
@@ -302,7 +307,7 @@ def calibrate(target, drafter, ids: torch.Tensor, n_tokens: int = 16) -> Costs: 
     rests: dict[tuple[Method, bool], list[float]] = {key: [] for key in CALIBRATION}
     steps = [loop_step_seconds(target, ids, n_tokens)]
     for method, sampled in CALIBRATION * ROUNDS:  # every method, then all of them again
-        how = dict(tree=method) if isinstance(method, TreeBudget) else dict(gamma=method)
+        how = method_kwargs(method)
         # the first iterations are the prefill and (a feature drafter) the first feed of the prompt's features
         its = timed_steps(target, drafter, ids, n_tokens, how, SamplingConfig(1.0 if sampled else 0.0),
                           torch.Generator(device=ids.device).manual_seed(0))
