@@ -253,7 +253,7 @@ def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: i
     drafter = as_drafter(draft)
     if isinstance(drafter, TreeDrafter):
         budget = tree or drafter.default_tree or TreeBudget()
-        methods[f"speculative, ours (dynamic tree {budget.depth}/{budget.topk}/{budget.n_nodes})"] = (
+        methods[f"speculative, ours (dynamic {method_name(budget)})"] = (
             lambda ids: speculative_generate(target, drafter, ids, max_new_tokens, tree=budget, **opts))
         chosen = drafter.default_method(sampling)  # what the one-line call runs (models.method for the head)
         named = isinstance(chosen, (int, TreeBudget))
