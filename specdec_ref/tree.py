@@ -381,7 +381,7 @@ def grow_tree(root_token: int, root_logits: DraftLogits, expand: Expand, budget:
     level = add_children([0], (root_logits[0][None], root_logits[1]) if isinstance(root_logits, tuple)
                          else root_logits[None])
     for _ in range(budget.depth - 1):
-        if not level or max(g.score[v] for v in level) < math.log(budget.stop or 1e-300):
+        if not level or budget.stop > 0 and max(g.score[v] for v in level) < math.log(budget.stop):
             break  # by rank at T > 0 (`sibling_scores`): blind to the tokens drawn, as keeping is
         level = add_children(level, expand(g, level))
     # ties: the shallower node, then the one made first (an earlier sibling): kept children are a prefix
