@@ -31,6 +31,7 @@ for c1 in args.c1:
     costs = mm.Costs(verify, c1, 0.005, 0.05, 0.05, t[0] / 1e3, h_node=0.02, h_node_sampled=0.05)
     for label, sampled in (("greedy", False), ("T=1", True)):
         method, predicted = mm.choose(quality["tau"][label], costs, sampled,
-                                      quality.get("draft_passes", {}).get(label))
+                                      quality.get("draft_passes", {}).get(label),
+                                      quality.get("draft_nodes", {}).get(label))
         name = mm.method_name(method)
         print(f"c1 = {c1:.2f}, {label}: {name}, predicted {predicted[name]:.2f}x (a prediction, unmeasured)")

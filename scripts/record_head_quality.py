@@ -6,7 +6,7 @@
 Writes quality.json: the factor s on the head's logits when it samples (`draft_sharpness`: the s of
 `lab.coverage.SHARPNESS_GRID` with the highest acceptance at depth 1 along the target's answers sampled at
 T = 1, `lab.coverage.acceptance_by_sharpness`), then, drafting with it, τ (new tokens per target pass) and
-draft passes per iteration of every candidate method (`models.method.CANDIDATES`:
+draft passes and drafted tokens per iteration of every candidate method (`models.method.CANDIDATES`:
 chains γ = 1..6 and the dynamic trees), greedy and at T = 1, on `distill.prompts.TUNING` (never on
 EVALUATION, where speedups are reported); α per draft position of a γ = 4 chain; and coverage@k per depth
 along the target's greedy answers (`lab.coverage`). None of it depends on the machine's speed, only on the
@@ -50,7 +50,7 @@ methods = {method_name(m): method_kwargs(m)
 quality = {"prompts": f"distill.prompts.TUNING[:{args.prompts}]", "samples_at_T=1": args.samples,
            "max_new_tokens": args.tokens,
            "dtype": str(target.dtype).removeprefix("torch."), "date": time.strftime("%Y-%m-%d"), "tau": {},
-           "draft_passes": {}, "alpha_per_position": {}}
+           "draft_passes": {}, "draft_nodes": {}, "alpha_per_position": {}}
 sampled_answers = target_answers(target, encoded, args.tokens, tok.eos_token_id, sd.SamplingConfig(1.0))
 beta = acceptance_by_sharpness(target, getattr(draft.head, "inner", draft.head), sampled_answers)
 draft.sharpness = max(beta, key=beta.get)
@@ -60,9 +60,11 @@ quality["draft_sharpness"] = {"s": draft.sharpness,
 print("sharpness", draft.sharpness, {s: round(b, 4) for s, b in beta.items()}, flush=True)
 for name, sampling in (("greedy", sd.SamplingConfig(0)), ("T=1", sd.SamplingConfig(1.0))):
     runs = encoded * (1 if sampling.greedy else args.samples)  # greedy runs are all alike
-    quality["draft_passes"][name] = {}  # per iteration: fewer than the depth for a tree that stops early
+    # per iteration: fewer than the budget for a tree that stops early
+    quality["draft_passes"][name], quality["draft_nodes"][name] = {}, {}
     quality["tau"][name] = method_taus(target, draft, runs, methods, args.tokens, sampling, 0,
-                                       tok.eos_token_id, quality["draft_passes"][name])
+                                       tok.eos_token_id, quality["draft_passes"][name],
+                                       quality["draft_nodes"][name])
     print(name, {k: round(v, 3) for k, v in quality["tau"][name].items()}, f"{time.time() - t0:.0f} s",
           flush=True)
     steps = []

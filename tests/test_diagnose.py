@@ -140,13 +140,15 @@ def test_method_taus_counts_the_draft_passes_an_iteration_makes():
     from specdec_ref.lab.diagnose import method_taus
     from specdec_ref.models.toy import tiny_pair
     target, draft = tiny_pair(vocab_size=8, seed=0, noise=0.5, hidden=32)
-    drafter, passes = sd.ModelDrafter(draft), {}
+    drafter, passes, nodes = sd.ModelDrafter(draft), {}, {}
     methods = {"chain γ=3": dict(gamma=3), "tree 3/2/4": dict(tree=sd.TreeBudget(3, 2, 4)),
                "tree 3/2/4 stop 0.9": dict(tree=sd.TreeBudget(3, 2, 4, stop=0.9))}
     method_taus(target, drafter, [torch.tensor([[1, 2, 3]])], methods, 40, sd.SamplingConfig(0),
-                draft_passes=passes)
+                draft_passes=passes, draft_nodes=nodes)
     assert 2.5 < passes["chain γ=3"] <= 3.0 and 2.5 < passes["tree 3/2/4"] <= 3.0  # fewer near the end
     assert passes["tree 3/2/4 stop 0.9"] < passes["tree 3/2/4"] - 0.5  # an unsure draft stops early
+    assert 2.5 < nodes["chain γ=3"] <= 3.0 and 3.0 < nodes["tree 3/2/4"] <= 4.0  # drafted tokens scored
+    assert nodes["tree 3/2/4 stop 0.9"] < nodes["tree 3/2/4"] - 0.5  # and a smaller tree
 
 
 def test_the_best_method_line_says_how_to_run_it():

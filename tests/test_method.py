@@ -50,6 +50,11 @@ def test_iteration_cost_prices_every_draft_pass_and_the_target_rows():
     chosen, predicted = mm.choose(taus, c, False, passes={"tree 3/2/5 stop 0.2": 1.5})
     assert chosen == sd.TreeBudget(3, 2, 5, stop=0.2)
     assert predicted["tree 3/2/5"] == pytest.approx(2.0 / expect)
+    # and 3 drafted tokens an iteration instead of 5: 4 target rows (t = 1.3) and 3 nodes' bookkeeping
+    smaller = expect - (1.5 - 1.3)
+    assert mm.iteration_cost(tree, 2.0, c, nodes=3) == pytest.approx(smaller)
+    _, predicted = mm.choose(taus, c, False, nodes={"tree 3/2/5": 3})
+    assert predicted["tree 3/2/5"] == pytest.approx(2.0 / smaller)
 
 
 def test_the_first_draft_pass_of_an_iteration_is_priced_at_c_first_once():

@@ -215,25 +215,28 @@ TREE_BUDGETS = tuple(m for m in CANDIDATES if isinstance(m, TreeBudget))
 
 def method_taus(target, drafter, encoded: list[torch.Tensor], methods: dict, max_new_tokens: int,
                 sampling: SamplingConfig, seed: int = 0, eos_token_id=None,
-                draft_passes: dict | None = None) -> dict[str, float]:
+                draft_passes: dict | None = None, draft_nodes: dict | None = None) -> dict[str, float]:
     """τ, new tokens per target pass (the prefill's pass included), of each method {name: dict(gamma=..) or
     dict(tree=..)}. A feature drafter's first pass drafts nothing (it is the prefill), a model draft's
-    does. draft_passes: a dict to fill with each method's draft passes per iteration (fewer than its depth
-    for a tree that stops early, `TreeBudget.stop`); the drafter must then be a `Drafter`."""
+    does. draft_passes, draft_nodes: dicts to fill with each method's draft passes and drafted tokens per
+    iteration (fewer than its budget for a tree that stops early, `TreeBudget.stop`); the drafter must then be
+    a `Drafter`."""
     taus = {}
     for name, how in methods.items():
         g = torch.Generator(device=encoded[0].device).manual_seed(seed)
-        tokens = passes = drafts = iterations = 0
+        tokens = passes = drafts = iterations = drafted = 0
         for ids in encoded:
             before = drafter.calls if draft_passes is not None else 0  # a Drafter counts over its lifetime
             out = speculative_generate(target, drafter, ids, max_new_tokens, **how, sampling=sampling,
                                        generator=g, eos_token_id=eos_token_id)
             tokens, passes = tokens + out.tokens.shape[0], passes + out.stats.target_calls
-            if draft_passes is not None:
-                drafts, iterations = drafts + drafter.calls - before, iterations + len(out.stats.accepted)
+            iterations, drafted = iterations + len(out.stats.accepted), drafted + sum(out.stats.drafted)
+            drafts += drafter.calls - before if draft_passes is not None else 0
         taus[name] = tokens / passes if passes else float("nan")
         if draft_passes is not None:
             draft_passes[name] = drafts / iterations if iterations else float("nan")
+        if draft_nodes is not None:
+            draft_nodes[name] = drafted / iterations if iterations else float("nan")
     return taus
 
 
@@ -260,14 +263,14 @@ def diagnose(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, 
     methods = {method_name(g): dict(gamma=g) for g in range(1, gamma_max + 1)}
     methods.update({method_name(b): dict(tree=b) for b in trees})
     say("measuring τ of every chain and tree ...")
-    passes: dict[str, float] = {}  # draft passes per iteration
+    passes, nodes = {}, {}  # draft passes and drafted tokens per iteration
     taus = method_taus(target, drafter, encoded, methods, max_new_tokens, sampling, seed, eos_token_id,
-                       draft_passes=passes)
+                       draft_passes=passes, draft_nodes=nodes)
     say("calibrating the costs per draft pass, row and iteration "
         "(models.method, as the default choice does) ...")
     costs = calibrate(target, drafter, encoded[0])
     # the loader's choice, on measured τ
-    best_method, predicted = choose(taus, costs, sampled=not sampling.greedy, passes=passes)
+    best_method, predicted = choose(taus, costs, not sampling.greedy, passes, nodes)
     best = method_name(best_method)
     coverage = None
     if isinstance(drafter, FeatureDrafter):  # what a tree of this head can keep, depth by depth

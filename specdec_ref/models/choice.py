@@ -54,9 +54,10 @@ def plain_is_faster(greedy: float, sampled: float) -> str | None:
 def choose_defaults(target, drafter, quality: dict, ids: torch.Tensor) -> Choice:
     """Calibrate (or read the cached costs) and pick the best recorded method for greedy and for sampling."""
     costs = calibrated_costs(target, drafter, ids)
-    passes = quality.get("draft_passes", {})  # per iteration, by method (older quality files lack it)
-    greedy, pg = choose(quality["tau"]["greedy"], costs, sampled=False, passes=passes.get("greedy"))
-    sampled, ps = choose(quality["tau"]["T=1"], costs, sampled=True, passes=passes.get("T=1"))
+    # per iteration, by method (older quality files lack them)
+    passes, nodes = quality.get("draft_passes", {}), quality.get("draft_nodes", {})
+    greedy, pg = choose(quality["tau"]["greedy"], costs, False, passes.get("greedy"), nodes.get("greedy"))
+    sampled, ps = choose(quality["tau"]["T=1"], costs, True, passes.get("T=1"), nodes.get("T=1"))
     return Choice(greedy, sampled, {"greedy": pg, "T=1": ps}, costs)
 
 

@@ -129,30 +129,33 @@ def cold_extra(c_first: float, c: float) -> float:
 
 
 def iteration_cost(method: Method, tau: float, costs: Costs, sampled: bool = False,
-                   passes: float | None = None) -> float:
-    """One iteration's time in plain-loop steps (the module docstring's cost); passes: the draft passes an
-    iteration makes on average, where fewer than the method's (a tree with `stop`)."""
+                   passes: float | None = None, nodes: float | None = None) -> float:
+    """One iteration's time in plain-loop steps (the module docstring's cost); passes and nodes: the draft
+    passes an iteration makes and the drafted tokens the target scores, on average, where fewer than the
+    method's (a tree with `stop` is often smaller than its budget)."""
     rows = draft_rows(method, tau)
     later = (len(rows) if passes is None else passes) - 1  # the passes after the first, all of one width
     draft = costs.c_pass + costs.c_row * (rows[0] - 1) + later * (costs.c_pass + costs.c_row * (rows[-1] - 1))
     draft += cold_extra(costs.c_first, costs.c_pass)
-    nodes = method.n_nodes if isinstance(method, TreeBudget) else 0
-    return (costs.verify_cost(target_rows(method)) + draft + costs.h0 + costs.h_node * nodes
+    rows = target_rows(method) if nodes is None else nodes + 1
+    nodes = (rows - 1) * isinstance(method, TreeBudget)  # a tree's bookkeeping is per node
+    return (costs.verify_cost(rows) + draft + costs.h0 + costs.h_node * nodes
             + (costs.h_sampled + costs.h_node_sampled * nodes if sampled else 0.0))
 
 
 def predicted_speedup(method: Method, tau: float, costs: Costs, sampled: bool = False,
-                      passes: float | None = None) -> float:
+                      passes: float | None = None, nodes: float | None = None) -> float:
     """τ tokens per iteration over what the iteration costs: the speedup over plain decoding."""
-    return tau / iteration_cost(method, tau, costs, sampled, passes)
+    return tau / iteration_cost(method, tau, costs, sampled, passes, nodes)
 
 
-def choose(taus: dict[str, float], costs: Costs, sampled: bool,
-           passes: dict[str, float] | None = None) -> tuple[Method, dict[str, float]]:
-    """The method with the highest predicted speedup, from recorded τ (and draft passes per iteration, where
-    recorded) by name -> (method, predictions by name)."""
-    predicted = {name: predicted_speedup(parse_method(name), tau, costs, sampled, (passes or {}).get(name))
-                 for name, tau in taus.items()}
+def choose(taus: dict[str, float], costs: Costs, sampled: bool, passes: dict[str, float] | None = None,
+           nodes: dict[str, float] | None = None) -> tuple[Method, dict[str, float]]:
+    """The method with the highest predicted speedup, from recorded τ (and draft passes and drafted tokens per
+    iteration, where recorded) by name -> (method, predictions by name)."""
+    passes, nodes = passes or {}, nodes or {}
+    predicted = {name: predicted_speedup(parse_method(name), tau, costs, sampled, passes.get(name),
+                                         nodes.get(name)) for name, tau in taus.items()}
     return parse_method(max(predicted, key=predicted.get)), predicted
 
 
