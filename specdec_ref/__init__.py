@@ -22,10 +22,10 @@ from .models import (PAIRS, HubPair, encode_chat, load_hf_pair, load_offline_pai
 from .sampling import SamplingConfig, logits_to_probs, sample
 from .models.kernels import kernel_path, prepack_for_cpu
 from .tree import Tree, TreeBudget, verify_tree
-from .verify import accepted_mass, residual, verify
+from .verify import accepted_mass, residual, verify, verify_block
 
 __all__ = [
-    "SamplingConfig", "logits_to_probs", "sample", "verify", "residual", "accepted_mass",
+    "SamplingConfig", "logits_to_probs", "sample", "verify", "verify_block", "residual", "accepted_mass",
     "speculative_generate", "speculative_step", "tree_step", "autoregressive_generate",
     "Generation", "Stats", "Step",
     "CachedModel", "vocab_size",

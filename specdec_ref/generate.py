@@ -18,7 +18,7 @@ from .drafters import TREE_MEMBERS, Drafter, ModelDrafter, TreeDrafter, as_draft
 from .sampling import SamplingConfig, argmax, logits_to_probs, point_masses, sample
 from .tree import (Tree, TreeBudget, as_tree, tree_attention_mask, tree_position_ids, verify_tree,
                    verify_tree_greedy)
-from .verify import verify, verify_greedy
+from .verify import verify, verify_block, verify_greedy
 
 
 @dataclass
@@ -193,9 +193,10 @@ def one_hot_rows(best: torch.Tensor, logits: torch.Tensor) -> Callable[[], torch
 
 
 def speculative_step(target_lm: CachedModel, drafter: Drafter, tokens: torch.Tensor, gamma: int,
-                     sampling: SamplingConfig, generator: torch.Generator | None,
+                     sampling: SamplingConfig, generator: torch.Generator | None, verification: str = "token",
                      ) -> tuple[torch.Tensor, Step]:  # [T] -> ([T + n_accepted + 1], Step)
-    """One iteration: draft γ tokens, score them in one target pass, keep an exact prefix, roll back."""
+    """One iteration: draft γ tokens, score them in one target pass, keep an exact prefix, roll back.
+    verification: "token" (`verify`) or "block" (`verify_block`); greedy, both keep the argmax's prefix."""
     # 1. the draft proposes up to γ tokens, one at a time
     draft_tokens, draft_probs = drafter.propose(tokens, gamma, sampling, generator)  # [γ], [γ, V]
     g = draft_tokens.shape[0]  # a lookup drafter may find fewer than γ
@@ -210,7 +211,8 @@ def speculative_step(target_lm: CachedModel, drafter: Drafter, tokens: torch.Ten
         target_probs = one_hot_rows(best, target_logits)  # [γ+1, V], built if Step's reader asks
     else:
         target_probs = logits_to_probs(target_logits, sampling)  # [γ+1, V]
-        n, next_token = verify(draft_tokens, draft_probs.to(target_probs.dtype), target_probs, generator)
+        rule = verify_block if verification == "block" else verify
+        n, next_token = rule(draft_tokens, draft_probs.to(target_probs.dtype), target_probs, generator)
     # 4. append, and roll both caches back to the tokens that survived (the newest token is not fed yet)
     cache_before = target_lm.n_cached, drafter.n_cached
     new_tokens = torch.cat([tokens, draft_tokens[:n], next_token])  # [T + n + 1]
@@ -321,7 +323,7 @@ def speculative_generate(target, draft, input_ids: torch.Tensor, max_new_tokens:
                          sampling: SamplingConfig = SamplingConfig(),
                          generator: torch.Generator | None = None, eos_token_id: int | None = None,
                          on_step: Callable[[Step], None] | None = None,
-                         cache: str = "auto") -> Generation:  # [1, T] -> [n_new]
+                         cache: str = "auto", verification: str = "token") -> Generation:  # [1, T] -> [n_new]
     """Draft cheaply, verify in one target pass, keep an exact prefix, repeat.
 
     `draft` is a Hugging Face causal LM or any `Drafter`. gamma drafts a chain of γ tokens per iteration;
@@ -331,10 +333,19 @@ def speculative_generate(target, draft, input_ids: torch.Tensor, max_new_tokens:
     sees every iteration's `Step`. cache chooses the target's KV cache: "auto" (the target's compiled CPU pass
     where this machine has built one, `models.aot`, else dynamic), "dynamic", "static" (preallocated) or
     "compiled" (static + CUDA graphs), see `cache.cached_model`; the loop is the same for all of them.
+    verification judges a chain's tokens one by one ("token", `verify`) or as a block ("block",
+    `verify_block`: the same output law, at least as many tokens kept on average); trees have their own rule.
     """
     drafter = as_drafter(draft)
     method = check_speculative_inputs(target, drafter, input_ids, max_new_tokens, gamma, tree, sampling,
                                       generator)
+    if verification not in ("token", "block"):
+        raise ValueError(f"verification must be 'token' or 'block', got {verification!r}")
+    if verification == "block" and not isinstance(method, int):
+        raise ValueError("verification='block' judges a chain; a tree is judged by its own rule "
+                         "(verify_tree): give gamma for a chain, or leave verification='token'")
+    # passed on only when asked for, so that a replaced step (lab.broken.using_step) keeps its six arguments
+    rule = {} if verification == "token" else {"verification": verification}
     drafter.sync(0)  # a drafter object may be reused across calls: start from an empty cache
     t0 = start_timer(input_ids.device)
     rows = rows_per_pass(method) + 1  # every target pass after the prefill: this many rows (compiled: padded)
@@ -346,7 +357,7 @@ def speculative_generate(target, draft, input_ids: torch.Tensor, max_new_tokens:
         room = max_new_tokens - new.shape[0] - 1  # never draft past max_new_tokens
         if isinstance(method, int):
             tokens, step = speculative_step(target_lm, drafter, tokens, min(method, room), sampling,
-                                            generator)
+                                            generator, **rule)
         else:
             tokens, step = tree_step(target_lm, drafter, tokens, method, sampling, generator, max_depth=room)
         stats.accepted.append(step.n_accepted)

@@ -11,6 +11,10 @@ For one position, the token the rule emits is distributed as
 
 where residual = normalise(max(p_target - p_draft, 0)). `accepted_mass` and
 `residual` are the two terms; the tests add them up and check the identity.
+
+`verify` judges a chain token by token, as Leviathan et al. (2023) and Chen et al. (2023) do. `verify_block`
+judges the whole chain at once (Sun et al. 2025, block verification): the same output law, and never fewer
+tokens kept on average.
 """
 from __future__ import annotations
 
@@ -55,6 +59,56 @@ def verify(
         return n, sample(residual(target_probs[n], draft_probs[n]), generator)
     # every draft token was accepted: the target's last row gives one bonus token for free
     return gamma, sample(target_probs[gamma], generator)
+
+
+def block_weights(draft_tokens: torch.Tensor, draft_probs: torch.Tensor,
+                  target_probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # -> [γ+1] x2
+    """Block verification's two sequences for one drafted chain x_1..x_γ (Sun et al. 2025), as float64.
+
+    w_i = min(w_{i-1} p_target(x_i) / p_draft(x_i), 1), w_0 = 1: how far the target's law of the first i
+    tokens still covers the draft's, capped at 1. h_i is the probability of keeping exactly x_1..x_i once
+    every longer prefix was turned down: h_γ = w_γ, and for i < γ, with m_i = Σ_y max(w_i p_target_{i+1}(y) -
+    p_draft_{i+1}(y), 0), h_i = m_i / (m_i + 1 - w_i) (1 where w_i = 1, so h_0 = 1).
+    """
+    gamma = draft_tokens.shape[0]
+    rows = torch.arange(gamma, device=target_probs.device)
+    p_t, p_d = target_probs.double(), draft_probs.double()
+    ratio = p_t[rows, draft_tokens] / p_d[rows, draft_tokens].clamp(min=torch.finfo(torch.float64).tiny)
+    w = [1.0]
+    for r in ratio.tolist():  # γ scalars, one host copy
+        w.append(min(w[-1] * r, 1.0))
+    w = torch.tensor(w, dtype=torch.float64, device=target_probs.device)  # [γ+1]
+    m = (w[:gamma, None] * p_t[:gamma] - p_d).clamp(min=0).sum(-1)  # [γ]
+    # m_i + 1 - w_i > 0 wherever w_i < 1; where w_i = 1 the prefix is kept outright
+    h = torch.where(w[:gamma] >= 1, torch.ones_like(m), m / (m + 1 - w[:gamma]).clamp(min=1e-300))
+    return w, torch.cat([h, w[gamma:]])
+
+
+def verify_block(
+    draft_tokens: torch.Tensor,  # [γ] tokens the draft proposed
+    draft_probs: torch.Tensor,  # [γ, V] the distributions they were sampled from
+    target_probs: torch.Tensor,  # [γ+1, V] the target's distributions at the same positions, plus one
+    generator: torch.Generator | None = None,
+) -> tuple[int, torch.Tensor]:  # -> (n_accepted, next_token [1])
+    """`verify`'s contract, judged as a block: keep the longest prefix x_1..x_n whose own test passes, testing
+    from the whole chain down (`block_weights`), then emit one more token: a bonus from the target's last row
+    if n = γ, else a sample of normalise(max(w_n p_target_{n+1} - p_draft_{n+1}, 0)).
+
+    Token by token, a draft token the target under-weights ends the chain even when the tokens before it were
+    under-drafted by as much: the target had mass to spare there. Block verification carries that spare mass
+    (w) down the chain, so it keeps at least as many tokens on average, with the same output law.
+    """
+    gamma = draft_tokens.shape[0]
+    w, h = block_weights(draft_tokens, draft_probs, target_probs)  # [γ+1] x2
+    u = torch.rand(gamma, generator=generator, device=target_probs.device, dtype=torch.float64)  # [γ]
+    passed = (u < h[1:]).nonzero()  # the tests of prefixes 1..γ; prefix 0 always passes
+    n = int(passed[-1]) + 1 if passed.numel() else 0
+    if n == gamma:
+        return gamma, sample(target_probs[gamma], generator)
+    r = (w[n] * target_probs[n].double() - draft_probs[n].double()).clamp(min=0)  # [V], unnormalised
+    # a zero total has probability 0 (h_n = 0 then, or w_n = 1 and a longer prefix passed): fall back, as
+    # `residual` does. `sample` normalises.
+    return n, sample(r if bool(r.sum() > 0) else target_probs[n], generator)
 
 
 def verify_greedy(draft_tokens: torch.Tensor,

@@ -152,14 +152,16 @@ def emitted_token_counts(verify_fn, target_probs, draft_probs, n: int, generator
 
 
 def speculative_sequence_counts(target, draft, prompt: list[int], n_tokens: int, gamma: int, sampling, n: int,
-                                generator=None) -> Counter:
-    """Counts of the first n_tokens of n speculative generations from the same prompt."""
+                                generator=None, verification: str = "token") -> Counter:
+    """Counts of the first n_tokens of n speculative generations from the same prompt (verification: see
+    `speculative_generate`)."""
     import torch
 
     from ..generate import speculative_generate
     ids = torch.tensor([prompt], device=next(target.parameters()).device)  # [1, T]
     return Counter(tuple(speculative_generate(target, draft, ids, n_tokens, gamma=gamma, sampling=sampling,
-                                              generator=generator).tokens.tolist()) for _ in range(n))
+                                              generator=generator, verification=verification).tokens.tolist())
+                   for _ in range(n))
 
 
 def target_sequence_counts(model, prompt: list[int], n_tokens: int, sampling, n: int, generator=None,
