@@ -111,6 +111,25 @@ def verify_block(
     return n, sample(r if bool(r.sum() > 0) else target_probs[n], generator)
 
 
+def expected_accepted(draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor,
+                      rule: str = "token") -> float:  # [γ], [γ, V], [γ+1, V] -> E[n_accepted]
+    """The draft tokens a rule keeps on average for this drafted chain, exactly (no random draw): token by
+    token, Σ_i Π_{j≤i} min(1, p_target(x_j) / p_draft(x_j)); as a block, Σ_i i h_i Π_{j>i} (1 - h_j)
+    (`block_weights`). Judging both rules on the same drafts compares them without sampling noise."""
+    if rule == "token":
+        rows = torch.arange(draft_tokens.shape[0], device=target_probs.device)
+        ratio = target_probs.double()[rows, draft_tokens] / draft_probs.double()[rows, draft_tokens]
+        return float(ratio.clamp(max=1).cumprod(0).sum())
+    if rule != "block":
+        raise ValueError(f"rule must be 'token' or 'block', got {rule!r}")
+    h = block_weights(draft_tokens, draft_probs, target_probs)[1].tolist()  # [γ+1]
+    kept, untested = 0.0, 1.0  # untested: the chance that every longer prefix was turned down
+    for i in range(len(h) - 1, 0, -1):
+        kept += i * untested * h[i]
+        untested *= 1 - h[i]
+    return kept
+
+
 def verify_greedy(draft_tokens: torch.Tensor,
                   target_tokens: torch.Tensor) -> tuple[int, torch.Tensor]:  # [γ], [γ+1] -> (n, [1])
     """`verify` at temperature 0, from the target's argmax tokens alone (`target_logits.argmax(-1)`).

@@ -20,7 +20,7 @@ import specdec_ref as sd
 from specdec_ref.lab.stats import SIGNIFICANCE, chi_square_gof, speculative_sequence_counts
 from specdec_ref.models.toy import exact_sequence_distribution, tiny_pair
 from specdec_ref.sampling import sample
-from specdec_ref.verify import block_weights, verify, verify_block, verify_greedy
+from specdec_ref.verify import block_weights, expected_accepted, verify, verify_block, verify_greedy
 
 V = 3
 T1 = sd.SamplingConfig(1.0)
@@ -115,6 +115,15 @@ def test_block_rule_keeps_the_target_law_exactly_and_never_keeps_fewer_tokens(se
     assert max(abs(block[s] - want[s]) for s in want) < 1e-12
     assert max(abs(token[s] - want[s]) for s in want) < 1e-12
     assert kept_block >= kept_token - 1e-12
+    # and as `expected_accepted` computes it, chain by chain (where block verification may keep fewer: it is
+    # better on average over the draft's chains, not on each one)
+    kept = {"block": 0.0, "token": 0.0}
+    for x in itertools.product(range(V), repeat=gamma):
+        q_rows, p_rows = laws.rows(list(x))
+        p_x = float(torch.prod(q_rows[torch.arange(gamma), list(x)]))
+        for rule in kept:
+            kept[rule] += p_x * expected_accepted(torch.tensor(x), q_rows, p_rows, rule)
+    assert abs(kept["block"] - kept_block) < 1e-12 and abs(kept["token"] - kept_token) < 1e-12
 
 
 def test_block_rule_keeps_more_on_average_somewhere_and_the_broken_residual_breaks_the_law():
@@ -226,3 +235,15 @@ def test_bad_verification_is_refused(pair3):
         sd.speculative_generate(target, draft, ids, 4, gamma=2, verification="blocks")
     with pytest.raises(ValueError, match="judges a chain"):
         sd.speculative_generate(target, sd.ModelDrafter(draft), ids, 4, tree=(2, 2), verification="block")
+
+
+@pytest.mark.parametrize("rule, fn", [("token", verify), ("block", verify_block)])
+def test_expected_accepted_is_the_mean_of_the_rules_draws(rule, fn):
+    """`expected_accepted` against 20,000 draws of the rule itself: within 4 standard errors (seeded)."""
+    laws, x = ToyLaws(5), [0, 0, 1, 0]  # a chain where both rules keep 1 to 4 tokens
+    q_rows, p_rows = laws.rows(x)
+    g = torch.Generator().manual_seed(0)
+    n = torch.tensor([float(fn(torch.tensor(x), q_rows, p_rows, g)[0]) for _ in range(20000)])
+    exact = expected_accepted(torch.tensor(x), q_rows, p_rows, rule)
+    assert float(n.std()) > 0.5
+    assert abs(float(n.mean()) - exact) < 4 * float(n.std()) / 20000 ** 0.5

@@ -1,12 +1,15 @@
-"""A dynamic tree that stops drafting deeper where its draft is unsure (`TreeBudget.stop`), side by side.
+"""The offline pair's methods side by side in one run: plain decoding and any chains and trees.
 
-    PYTHONPATH=<checkout> python scripts/tree_stop.py [--threads 2] [--prompts 8] [--rounds 2] \
+    PYTHONPATH=<checkout> python scripts/side_by_side.py [--threads 2] [--prompts 8] [--rounds 2] \
         [--methods "tree 2/2/3,tree 4/3/6,tree 4/3/6 stop 0.15"] [--temperature 0]
 
-Dynamic trees (`models.method` names), some with a stop (`TreeBudget.stop`): a draft pass at depth d + 1 is
-skipped when no node at depth d has a path probability (by the draft) of at least stop. Plain decoding and
-every method, interleaved prompt by prompt on the bench's held-out prompts, round after round, seeds varying
-by round and prompt; prints one JSON line: tokens/s, speedup over the plain loop and τ for every method.
+Methods by their `models.method` names: "chain γ=3", "tree 2/2/4" (depth / width / nodes), "tree 4/3/6 stop
+0.15" (a dynamic tree that skips the pass at depth d + 1 when no node at depth d has a draft path probability
+of at least 0.15, `TreeBudget.stop`); a chain name may end in " block" (judged by block verification,
+`verify_block`). Plain decoding and every method run interleaved prompt by prompt on the bench's held-out
+prompts, round after round, with seeds varying by round and prompt (each method sees the same seeds); prints
+one JSON line: tokens/s, speedup over the plain loop and τ for every method. (It replaces the sixth and
+seventh sessions' tree_widths.py and tree_stop.py: `--methods "tree 2/2/3,tree 2/2/4,..."` runs the former.)
 """
 import argparse
 import json
@@ -39,8 +42,9 @@ def run(name: str, ids: torch.Tensor, seed: int):
     g = torch.Generator().manual_seed(seed)
     if name == "plain":
         return sd.autoregressive_generate(target, ids, args.tokens, sampling=sampling, generator=g)
-    return sd.speculative_generate(target, drafter, ids, args.tokens, **method_kwargs(parse_method(name)),
-                                   sampling=sampling, generator=g)
+    method, block, _ = name.partition(" block")
+    return sd.speculative_generate(target, drafter, ids, args.tokens, **method_kwargs(parse_method(method)),
+                                   sampling=sampling, generator=g, verification="block" if block else "token")
 
 
 for name in names:  # warm-up
