@@ -62,8 +62,8 @@ def verify(
 
 
 def block_weights(draft_tokens: torch.Tensor, draft_probs: torch.Tensor,
-                  target_probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # -> [γ+1] x2
-    """Block verification's two sequences for one drafted chain x_1..x_γ (Sun et al. 2025), as float64.
+                  target_probs: torch.Tensor) -> tuple[list[float], list[float]]:  # -> γ+1 floats, twice
+    """Block verification's two sequences for one drafted chain x_1..x_γ (Sun et al. 2025).
 
     w_i = min(w_{i-1} p_target(x_i) / p_draft(x_i), 1), w_0 = 1: how far the target's law of the first i
     tokens still covers the draft's, capped at 1. h_i is the probability of keeping exactly x_1..x_i once
@@ -72,16 +72,19 @@ def block_weights(draft_tokens: torch.Tensor, draft_probs: torch.Tensor,
     """
     gamma = draft_tokens.shape[0]
     rows = torch.arange(gamma, device=target_probs.device)
-    p_t, p_d = target_probs.double(), draft_probs.double()
-    ratio = p_t[rows, draft_tokens] / p_d[rows, draft_tokens].clamp(min=torch.finfo(torch.float64).tiny)
+    ratio = (target_probs[rows, draft_tokens].double()
+             / draft_probs[rows, draft_tokens].double().clamp(min=torch.finfo(torch.float64).tiny)).tolist()
     w = [1.0]
-    for r in ratio.tolist():  # γ scalars, one host copy
+    for r in ratio:  # γ scalars
         w.append(min(w[-1] * r, 1.0))
-    w = torch.tensor(w, dtype=torch.float64, device=target_probs.device)  # [γ+1]
-    m = (w[:gamma, None] * p_t[:gamma] - p_d).clamp(min=0).sum(-1)  # [γ]
+    # m_i over the vocabulary, in the rows' own dtype and in place: one [γ, V] buffer (on a CPU, fresh buffers
+    # of a few MB each cost more than the arithmetic)
+    excess = target_probs[:gamma] * torch.tensor(w[:gamma], dtype=target_probs.dtype,
+                                                 device=target_probs.device)[:, None]  # [γ, V]
+    m = excess.sub_(draft_probs).clamp_(min=0).sum(-1).tolist()  # γ floats
     # m_i + 1 - w_i > 0 wherever w_i < 1; where w_i = 1 the prefix is kept outright
-    h = torch.where(w[:gamma] >= 1, torch.ones_like(m), m / (m + 1 - w[:gamma]).clamp(min=1e-300))
-    return w, torch.cat([h, w[gamma:]])
+    h = [1.0 if w[i] >= 1 else m[i] / (m[i] + 1 - w[i]) for i in range(gamma)] + [w[gamma]]
+    return w, h
 
 
 def verify_block(
@@ -99,13 +102,13 @@ def verify_block(
     (w) down the chain, so it keeps at least as many tokens on average, with the same output law.
     """
     gamma = draft_tokens.shape[0]
-    w, h = block_weights(draft_tokens, draft_probs, target_probs)  # [γ+1] x2
-    u = torch.rand(gamma, generator=generator, device=target_probs.device, dtype=torch.float64)  # [γ]
-    passed = (u < h[1:]).nonzero()  # the tests of prefixes 1..γ; prefix 0 always passes
-    n = int(passed[-1]) + 1 if passed.numel() else 0
+    w, h = block_weights(draft_tokens, draft_probs, target_probs)
+    u = torch.rand(gamma, generator=generator, device=target_probs.device, dtype=torch.float64).tolist()
+    # the tests of prefixes γ, γ-1, ..., 1 (u[i - 1] for prefix i); prefix 0 always passes
+    n = max((i for i in range(1, gamma + 1) if u[i - 1] < h[i]), default=0)
     if n == gamma:
         return gamma, sample(target_probs[gamma], generator)
-    r = (w[n] * target_probs[n].double() - draft_probs[n].double()).clamp(min=0)  # [V], unnormalised
+    r = (w[n] * target_probs[n] - draft_probs[n]).clamp(min=0)  # [V], unnormalised
     # a zero total has probability 0 (h_n = 0 then, or w_n = 1 and a longer prefix passed): fall back, as
     # `residual` does. `sample` normalises.
     return n, sample(r if bool(r.sum() > 0) else target_probs[n], generator)
@@ -122,7 +125,7 @@ def expected_accepted(draft_tokens: torch.Tensor, draft_probs: torch.Tensor, tar
         return float(ratio.clamp(max=1).cumprod(0).sum())
     if rule != "block":
         raise ValueError(f"rule must be 'token' or 'block', got {rule!r}")
-    h = block_weights(draft_tokens, draft_probs, target_probs)[1].tolist()  # [γ+1]
+    h = block_weights(draft_tokens, draft_probs, target_probs)[1]  # γ+1 floats
     kept, untested = 0.0, 1.0  # untested: the chance that every longer prefix was turned down
     for i in range(len(h) - 1, 0, -1):
         kept += i * untested * h[i]

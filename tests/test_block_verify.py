@@ -146,9 +146,8 @@ def verify_block_first_pass(draft_tokens, draft_probs, target_probs, generator=N
     """Broken: stops at the *shortest* prefix whose test passes (scanning up, not down the chain)."""
     w, h = block_weights(draft_tokens, draft_probs, target_probs)
     gamma = draft_tokens.shape[0]
-    u = torch.rand(gamma, generator=generator, dtype=torch.float64)
-    passed = (u < h[1:]).nonzero()
-    n = int(passed[0]) + 1 if passed.numel() else 0
+    u = torch.rand(gamma, generator=generator, dtype=torch.float64).tolist()
+    n = min((i for i in range(1, gamma + 1) if u[i - 1] < h[i]), default=0)
     if n == gamma:
         return gamma, sample(target_probs[gamma], generator)
     return n, sample((w[n] * target_probs[n] - draft_probs[n]).clamp(min=0), generator)
