@@ -246,3 +246,15 @@ def test_expected_accepted_is_the_mean_of_the_rules_draws(rule, fn):
     exact = expected_accepted(torch.tensor(x), q_rows, p_rows, rule)
     assert float(n.std()) > 0.5
     assert abs(float(n.mean()) - exact) < 4 * float(n.std()) / 20000 ** 0.5
+
+
+def test_block_and_token_taus_judges_the_same_chains(pair3):
+    """The lab function behind chapter 3's comparison: block keeps at least as much on this pair, τ ≥ 1,
+    and it refuses greedy decoding (where the rules coincide)."""
+    from specdec_ref.lab.compare import block_and_token_taus
+    target, draft = pair3
+    taus = block_and_token_taus(target, draft, [torch.tensor([PROMPT])] * 300, [2, 4], T1, 5)
+    assert all(t["iterations"] > 5 and 1 <= t["token"] <= t["block"] <= 5 for t in taus.values()), taus
+    assert taus[4]["block"] > taus[4]["token"]
+    with pytest.raises(ValueError, match="T > 0"):
+        block_and_token_taus(target, draft, [torch.tensor([PROMPT])], [2], sd.SamplingConfig(0), 5)

@@ -66,3 +66,21 @@ def test_gallery_verdict_follows_the_bugs_caught_and_the_tests_passed():
     failed = gallery_verdict(bugs, {"x": 0.5, "y": 1e-5}, 0.001)
     assert "1 of the 2 tests of our sampler reject it (y)" in failed and "another SEED" in failed
     assert "once in 20 runs" in gallery_verdict(bugs, ours, 0.05)
+
+
+def test_block_verdict_follows_the_gains():
+    import pytest
+
+    from specdec_ref.chapters.verdicts.ch3 import block_verdict
+    growing = {2: {"token": 1.60, "block": 1.62}, 4: {"token": 1.78, "block": 1.86}}
+    text = block_verdict(growing)
+    assert "τ goes from 1.780 to 1.860" in text and "γ = 4 (+4.5%)" in text and "+1.2% at γ = 2" in text
+    assert "grows with γ" in text
+    shrinking = {2: {"token": 1.60, "block": 1.70}, 4: {"token": 1.78, "block": 1.80}}
+    text = block_verdict(shrinking)
+    assert "at γ = 2 (+6.2%)" in text and "does not grow steadily" in text and "grows with γ:" not in text
+    same = {2: {"token": 1.6, "block": 1.6}, 3: {"token": 1.7, "block": 1.7}}
+    assert "kept no more tokens" in block_verdict(same)
+    assert "kept no more" not in block_verdict({3: {"token": 1.7, "block": 1.75}})
+    with pytest.raises(ValueError, match="at least one γ"):
+        block_verdict({})

@@ -1,5 +1,6 @@
 """Comparing drafts of one target (chapter 5): α along the target's own answers for any drafter, then one row
-per draft with its cost ratio c, its best γ and the speedup it really gives."""
+per draft with its cost ratio c, its best γ and the speedup it really gives. And two verification rules on
+the very same drafted chains (chapter 3, `block_and_token_taus`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,8 +8,9 @@ from dataclasses import dataclass
 import torch
 
 from ..cache import CachedModel
-from ..generate import as_drafter, autoregressive_generate
+from ..generate import as_drafter, autoregressive_generate, speculative_generate
 from ..sampling import SamplingConfig, logits_to_probs
+from ..verify import expected_accepted
 from .bench import cost_ratio
 from .speedup import best_gamma
 
@@ -95,3 +97,32 @@ def launch_bound_step(n_ops: int, weight_bytes: int, bandwidth: float, launch_se
     where no GPU is present, with the operation count measured here and a spec-sheet bandwidth.
     """
     return n_ops * launch_seconds + weight_bytes / bandwidth
+
+
+def block_and_token_taus(target, draft, encoded: list[torch.Tensor], gammas: list[int],
+                         sampling: SamplingConfig, max_new_tokens: int,
+                         seed: int = 0) -> dict[int, dict[str, float]]:
+    """γ -> {"iterations", "token", "block"}: τ (1 + the draft tokens kept per iteration) under token-by-token
+    and block verification, judged exactly on the same chains (`verify.expected_accepted`), no random draw
+    between the rules. The chains are drafted inside the ordinary loop at `sampling` (T > 0), prompt i seeded
+    seed + i on the models' device; an iteration that drafted fewer than γ (at the end of a generation) is
+    left out."""
+    if sampling.greedy:
+        raise ValueError("block and token verification keep the same tokens at temperature 0: give T > 0")
+    out = {}
+    for gamma in gammas:
+        kept: dict[str, list[float]] = {"token": [], "block": []}
+
+        def judge(step):
+            if step.n_drafted == gamma:
+                rows = step.draft_tokens, step.draft_probs, step.target_probs
+                for rule, values in kept.items():
+                    values.append(expected_accepted(*rows, rule))
+
+        for i, ids in enumerate(encoded):
+            g = torch.Generator(device=ids.device).manual_seed(seed + i)
+            speculative_generate(target, draft, ids, max_new_tokens, gamma=gamma, sampling=sampling,
+                                 generator=g, on_step=judge)
+        n = len(kept["token"])
+        out[gamma] = {"iterations": n, **{rule: 1 + sum(v) / max(n, 1) for rule, v in kept.items()}}
+    return out

@@ -135,3 +135,24 @@ def greedy_divergence_verdict(dtype: str, n_tokens: int, k_div: int | None, plai
             f"where speculative decoding writes `{spec!r}`. Scored in one pass over the common prefix, the "
             f"two candidates' logits are {gap:.3g} apart, {tie}. Both texts are legitimate greedy outputs of "
             "the same model; they differ only in how the arithmetic was grouped.")
+
+
+def block_verdict(taus: Mapping[int, Mapping[str, float]]) -> str:
+    """Chapter 3: on the same drafted chains, how many more tokens block verification keeps than token by
+    token (taus: γ -> {"token": τ, "block": τ}, as `lab.compare.block_and_token_taus` returns), and whether
+    the gain grows with γ."""
+    if not taus:
+        raise ValueError("no chain lengths measured: give block_and_token_taus at least one γ")
+    gain = {g: t["block"] / t["token"] - 1 for g, t in sorted(taus.items())}
+    best, first = max(gain, key=gain.get), min(gain)
+    if gain[best] <= 1e-9:
+        return ("Judged as a block, these chains kept no more tokens than judged token by token, at every "
+                f"length tried (γ = {', '.join(map(str, gain))}).")
+    text = (f"Judged as a block, the same chains keep more: τ goes from {taus[best]['token']:.3f} to "
+            f"{taus[best]['block']:.3f} tokens per target pass at γ = {best} (+{100 * gain[best]:.1f}%)")
+    if best != first:
+        text += f", and by {100 * gain[first]:+.1f}% at γ = {first}"
+    gs = list(gain)
+    if len(gs) > 1 and all(gain[a] <= gain[b] for a, b in zip(gs, gs[1:])):
+        return text + ". The gain grows with γ: the longer the chain, the more spare mass it can carry down."
+    return text + "." + (" The gain does not grow steadily with γ here." if len(gs) > 1 else "")
