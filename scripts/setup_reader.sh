@@ -10,6 +10,13 @@ PY=${PYTHON:-python3}
 stamp=.venv-reader/.specdec-installed
 want=$(cat constraints.txt pyproject.toml | _sha256 | cut -c1-16)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  # torch and the rest take about 1.5 GB here: say so up front rather than let pip fail halfway on a full disk
+  free_kb=$(df -Pk . | awk 'NR == 2 {print $4}')
+  if [ -n "$free_kb" ] && [ "$free_kb" -lt 2500000 ]; then
+    echo "scripts/setup_reader.sh: only $((free_kb / 1024)) MB free where .venv-reader goes ($(pwd)); the" \
+         "reader's runtime needs about 1.5 GB (2.5 GB with pip's temporary files): free some space and rerun" >&2
+    exit 1
+  fi
   .venv-reader/bin/python -m pip install -q --upgrade pip
   install_torch .venv-reader/bin/python
   .venv-reader/bin/python -m pip install -q -c constraints.txt -e . nbmake pytest-xdist ipykernel
