@@ -12,6 +12,9 @@
 #   b   two decoder layers, grown from the shipped one               --n-layers 2 --ttt-steps 1
 #   d   a feed-forward block twice as wide, grown from the shipped one --ffn-size 3072 --ttt-steps 1
 #   c   a3 with the token loss weighted 1.0 instead of EAGLE's 0.1     --ttt-steps 3 --ce-weight 1.0
+#   t   a3's loss plus 0.5 x the total variation 1 - Σ min(p, q) (acceptance at T = 1), from the shipped a3
+#                                                                    --ttt-steps 3 --tv-weight 0.5
+#   u   t's control: a3's loss alone, the same steps from the shipped a3  --ttt-steps 3
 # (b and d use a1's loss, so each differs from a1 in one thing.)
 # (A head that fuses target layers reads features 3-4 times as wide: for 3.8M tokens that is 13-17 GB in
 # float16, more than a 24 GB machine can train from in memory; it needs its own, smaller run.)
@@ -53,7 +56,9 @@ design() {  # design name -> its flags
     b) echo "--n-layers 2 --ttt-steps 1 --init specdec_ref/models/weights/feature_draft" ;;
     d) echo "--ffn-size 3072 --ttt-steps 1 --init specdec_ref/models/weights/feature_draft" ;;
     c) echo "--ttt-steps 3 --ce-weight 1.0 --init specdec_ref/models/weights/feature_draft" ;;
-    *) echo "unknown design $1 (a1, a3, e, b, d, c)" >&2; return 1 ;;
+    t) echo "--ttt-steps 3 --tv-weight 0.5 --init specdec_ref/models/weights/feature_draft" ;;
+    u) echo "--ttt-steps 3 --init specdec_ref/models/weights/feature_draft" ;;
+    *) echo "unknown design $1 (a1, a3, e, b, d, c, t, u)" >&2; return 1 ;;
   esac
 }
 
@@ -71,7 +76,7 @@ train() {
     --export "$out/export"
 }
 
-[ $# -gt 0 ] || { sed -n 2,18p "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n 2,21p "$0"; exit 2; }
 for what in "$@"; do
   if [ "$what" = features ]; then features; else train "$what"; fi
 done

@@ -112,6 +112,29 @@ def test_training_time_test_loss_trains_every_depth():
         eagle.train(eagle.EagleConfig(init="/nonexistent"), None, [])
 
 
+def test_total_variation_term_is_added_and_trains_acceptance():
+    """tv_weight adds the mean 1 - Σ min(p, q) over depths (a number in (0, 1]), and descending on it alone
+    raises Σ min(p, q), the acceptance probability at T = 1."""
+    head = _toy_head().train()
+    g = torch.Generator().manual_seed(4)
+    rows = [{"ids": torch.randint(0, 40, (n,), generator=g), "hidden": torch.randn(n, 32, generator=g),
+             "n_prompt": torch.tensor(3)} for n in (9, 12)]
+    base, _ = eagle.eagle_loss(head, rows, 0.0, 0.0, None, steps=2)
+    with_tv, _ = eagle.eagle_loss(head, rows, 0.0, 0.0, None, steps=2, tv_weight=1.0)
+    tv = float(with_tv - base)
+    assert 0 < tv <= 1
+    opt = torch.optim.SGD([p for p in head.parameters() if p.requires_grad], lr=0.5)
+    for _ in range(30):
+        opt.zero_grad()
+        loss = (eagle.eagle_loss(head, rows, 0.0, 0.0, None, steps=2, tv_weight=1.0)[0]
+                - eagle.eagle_loss(head, rows, 0.0, 0.0, None, steps=2)[0])  # the total variation term alone
+        loss.backward()
+        opt.step()
+    after = float(eagle.eagle_loss(head, rows, 0.0, 0.0, None, steps=2, tv_weight=1.0)[0]
+                  - eagle.eagle_loss(head, rows, 0.0, 0.0, None, steps=2)[0])
+    assert after < tv - 0.01, (tv, after)
+
+
 @torch.no_grad()
 def test_grown_head_starts_as_the_shallow_head_and_can_learn():
     """feature_draft.grow adds layers that begin as the identity: same features, then trainable."""

@@ -78,6 +78,7 @@ class EagleConfig:
     warmup: int = 100
     noise: float = 0.1  # uniform noise on the input features, as a fraction of their RMS
     ce_weight: float = 0.1  # weight of the token loss next to the feature loss (EAGLE uses 0.1)
+    tv_weight: float = 0.0  # weight of 1 - Σ min(p, q): the chance that a draw from q is rejected at T = 1
     eval_every: int = 250  # steps between validations and checkpoints
     eval_prompts: int = 12  # held-out prompts for the final α per position
     eval_tokens: int = 96  # tokens generated per held-out prompt
@@ -317,12 +318,12 @@ def ttt_features(head, h_in: torch.Tensor, x_next: torch.Tensor, steps: int) -> 
     return out
 
 
-def eagle_loss(head, rows: list[dict], noise: float, ce_weight: float, generator=None, steps: int = 1):
-    """-> (loss, top-1 agreement with the target at each depth [steps]).
-
-    At every depth: SmoothL1 between the guessed and the true next feature, plus ce_weight times the
-    cross-entropy against the target's own next-token distribution; the depths' losses are averaged.
-    """
+def eagle_loss(head, rows: list[dict], noise: float, ce_weight: float, generator=None, steps: int = 1,
+               tv_weight: float = 0.0):
+    """-> (loss, top-1 agreement with the target at each depth [steps]). At every depth: SmoothL1 between the
+    guessed and the true next feature, plus ce_weight times the cross-entropy against the target's own
+    next-token distribution p, plus tv_weight times the total variation 1 - Σ min(p, q) (DistillSpec's
+    objective for acceptance at T = 1); the depths' losses are averaged."""
     dtype, device, d = head.fc.weight.dtype, head.fc.weight.device, head.fc.out_features
     ids, hid, answer = (t.to(device) for t in pad_rows(rows, dtype))  # built on the CPU
     h_in, h_next, x_next = hid[:, :-1], hid[:, 1:, -d:], ids[:, 1:]  # [B, n, (n_fused) d], [B, n, d], [B, n]
@@ -341,8 +342,9 @@ def eagle_loss(head, rows: list[dict], noise: float, ce_weight: float, generator
         f, want = f_all[keep], h_next[keep]  # [N_s, d]
         logq = head.head.reduced_logits(f).float().log_softmax(-1)  # [N_s, n_vocab]
         p_target = p_answer[keep[answer]]  # [N_s, n_vocab]
+        rejected = 1 - torch.minimum(p_target, logq.exp()).sum(-1)  # [N_s] total variation
         total = (total + F.smooth_l1_loss(f.float(), want.float())
-                 + ce_weight * -(p_target * logq).sum(-1).mean())
+                 + (ce_weight * -(p_target * logq).sum(-1) + tv_weight * rejected).mean())
         agree.append((logq.argmax(-1) == p_target.argmax(-1)).float().mean())
     return total / steps, torch.stack(agree)
 
@@ -397,7 +399,7 @@ def train(cfg: EagleConfig, target, feature_paths: list[Path]):
         batch = batches[i]
         lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup) * 0.5 * (1 + math.cos(math.pi * step / cfg.steps))
         loss, agree = eagle_loss(head, [train_rows[j] for j in batch], cfg.noise, cfg.ce_weight, g,
-                                 cfg.ttt_steps)
+                                 cfg.ttt_steps, cfg.tv_weight)
         optimiser_step(opt, params, loss, lr)
         step += 1
         if step % 25 == 0:
@@ -408,7 +410,7 @@ def train(cfg: EagleConfig, target, feature_paths: list[Path]):
         if step % cfg.eval_every == 0 or step == cfg.steps:
             with torch.no_grad():
                 vals = [eagle_loss(head, [val_rows[j] for j in b], 0.0, cfg.ce_weight, None,
-                                   max(cfg.ttt_steps, 3))
+                                   max(cfg.ttt_steps, 3), cfg.tv_weight)
                         for b in batches_of(val_rows, cfg.batch_tokens, 0)]
             vloss = sum(float(v[0]) for v in vals) / len(vals)
             vdepth = (sum(v[1] for v in vals) / len(vals)).tolist()  # top-1 agreement at depth 1, 2, 3, ...
@@ -480,8 +482,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=EagleConfig.out)
     p.add_argument("--quick", action="store_true", help="a few prompts and steps (for tests)")
-    p.add_argument("--export", default=None,
-                   help="after training, write the head's weights to this directory")
+    p.add_argument("--export", default=None, help="after training, write the head's weights to this folder")
     for name, value in asdict(EagleConfig()).items():
         if name != "out":
             p.add_argument("--" + name.replace("_", "-"), type=type(value), default=None)
