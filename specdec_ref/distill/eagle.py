@@ -321,9 +321,9 @@ def ttt_features(head, h_in: torch.Tensor, x_next: torch.Tensor, steps: int) -> 
 def eagle_loss(head, rows: list[dict], noise: float, ce_weight: float, generator=None, steps: int = 1,
                tv_weight: float = 0.0):
     """-> (loss, top-1 agreement with the target at each depth [steps]). At every depth: SmoothL1 between the
-    guessed and the true next feature, plus ce_weight times the cross-entropy against the target's own
-    next-token distribution p, plus tv_weight times the total variation 1 - Σ min(p, q) (DistillSpec's
-    objective for acceptance at T = 1); the depths' losses are averaged."""
+    guessed and the true next feature, plus ce_weight times the cross-entropy against the target's next-token
+    distribution p, plus tv_weight times the total variation 1 - Σ min(p, q) (DistillSpec's objective for
+    acceptance at T = 1); the depths' losses are averaged."""
     dtype, device, d = head.fc.weight.dtype, head.fc.weight.device, head.fc.out_features
     ids, hid, answer = (t.to(device) for t in pad_rows(rows, dtype))  # built on the CPU
     h_in, h_next, x_next = hid[:, :-1], hid[:, 1:, -d:], ids[:, 1:]  # [B, n, (n_fused) d], [B, n, d], [B, n]
@@ -342,9 +342,9 @@ def eagle_loss(head, rows: list[dict], noise: float, ce_weight: float, generator
         f, want = f_all[keep], h_next[keep]  # [N_s, d]
         logq = head.head.reduced_logits(f).float().log_softmax(-1)  # [N_s, n_vocab]
         p_target = p_answer[keep[answer]]  # [N_s, n_vocab]
-        rejected = 1 - torch.minimum(p_target, logq.exp()).sum(-1)  # [N_s] total variation
+        tv = tv_weight * (1 - torch.minimum(p_target, logq.exp()).sum(-1)) if tv_weight else 0  # [N_s] TV
         total = (total + F.smooth_l1_loss(f.float(), want.float())
-                 + (ce_weight * -(p_target * logq).sum(-1) + tv_weight * rejected).mean())
+                 + (ce_weight * -(p_target * logq).sum(-1) + tv).mean())
         agree.append((logq.argmax(-1) == p_target.argmax(-1)).float().mean())
     return total / steps, torch.stack(agree)
 
