@@ -39,12 +39,13 @@ from transformers import StaticCache
 
 from ..cache import CachedModel, additive_mask, cache_kwargs
 from ..device import chip_name, package_version
-from . import aot_use
+from . import aot_use, bf16_gemm
 
 BLOCK = 256  # KV buffers hold a multiple of this many positions
 MAX_QUERY = 64  # rows one compiled pass takes; a longer prefill runs in pieces
 MAX_BLOCKS = 32  # the longest buffer a package takes: 32 x 256 = 8,192 positions (SmolLM2's context)
-FORMAT = 4  # the packages' inputs, outputs and kernels; a change makes every machine build them again
+FORMAT = 5  # the packages' inputs, outputs and kernels; a change makes every machine build them again
+# (5: bfloat16 products by AVX512-BF16's dot-product instruction where the CPU has it, `bf16_gemm`)
 INDUCTOR = dict(freezing=True, max_autotune=True, max_autotune_gemm_backends="CPP,ATEN")
 MAX_BLOCK_ACCUMULATORS = 12  # vector accumulators per register block of the AVX-512 micro-GEMM (see below)
 
@@ -236,7 +237,7 @@ def _compile(step: nn.Module, inputs: tuple, shapes: tuple, path: Path, options:
         for k, v in options.items():
             setattr(inductor_config, k, v)
         tmp = path.with_suffix(".partial.pt2")
-        with small_register_blocks():
+        with small_register_blocks(), bf16_gemm.dot_products():
             torch._inductor.aoti_compile_and_package(exported, package_path=str(tmp))
         tmp.replace(path)  # a package appears whole or not at all
     finally:

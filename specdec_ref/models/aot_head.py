@@ -20,7 +20,8 @@ from ..cache import cache_kwargs
 from .aot import (BLOCK, MAX_QUERY, _compile, _dims, causal_mask, kv_buffers, kv_shape, load_package,
                   package_path, pass_mask, room_for, switched_on)
 
-HEAD_FORMAT = "head-2"  # the head packages' inputs and outputs (2: the greedy tokens); a change rebuilds them
+# the head packages' inputs, outputs and kernels (2: the greedy tokens; 3: `bf16_gemm`); a change rebuilds
+HEAD_FORMAT = "head-3"
 
 
 def head_package_path(head) -> Path:
