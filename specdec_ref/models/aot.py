@@ -3,9 +3,10 @@ in a second afterwards.
 
 Eager PyTorch on a CPU hands each linear layer to oneDNN, whose kernel for a few rows streams the weights at
 about half of what two cores can (`scripts/kernel_probe.py`). Inductor's C++ micro-GEMM, with the weights
-frozen into the program and autotuned per layer, streams them faster and scores 2-4 rows for the price of one.
-But a `torch.compile` of that kind takes minutes every time a process starts (frozen weights bypass
-Inductor's disk cache). So the pass is compiled once, ahead of time, into a package on disk:
+frozen into the program and autotuned per layer, streams them faster and scores 2-4 rows for the price of one
+(on CPUs with AVX512-BF16, up to 6 or so: its bfloat16 products then use the dot-product instruction,
+`bf16_gemm`). But a `torch.compile` of that kind takes minutes every time a process starts (frozen weights
+bypass Inductor's disk cache). So the pass is compiled once, ahead of time, into a package on disk:
 
 * `KVStep` is one pass with everything explicit: token ids, positions, where to write, the additive attention
   mask, and the KV buffers themselves as inputs that the pass writes in place. Rows (q) and buffer length
