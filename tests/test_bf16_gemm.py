@@ -56,7 +56,8 @@ def _compiled_products(cls, rows: list[int]) -> tuple[float, str]:
     model = nn.Sequential(nn.Linear(576, 1536, bias=False), nn.SiLU(), nn.Linear(1536, 576, bias=False),
                           nn.Linear(576, 100, bias=False)).to(torch.bfloat16).eval()
     torch._dynamo.reset()
-    saved = {k: getattr(inductor_config, k) for k in ("freezing", "max_autotune", "max_autotune_gemm_backends")}
+    keys = ("freezing", "max_autotune", "max_autotune_gemm_backends")
+    saved = {k: getattr(inductor_config, k) for k in keys}
     worst, code = 0.0, ""
     try:
         inductor_config.freezing, inductor_config.max_autotune = True, True
