@@ -11,8 +11,9 @@ products into each of 16 float32 sums: no conversions, half the instructions. It
 order, pairs of consecutive k for each column ([K / 2, N, 2]), which the template already packs that way
 when the weights are frozen into the package. `dot_products()` swaps this micro-GEMM in for Inductor's own
 while a package compiles, on CPUs and compilers that have the instruction; AMX kernels, where they exist,
-still rank first. Measured on the whole target (`scripts/compare_packages.py`, the README): 8 rows cost 1.2
-times one instead of 1.7, and up to 4 rows no more than before.
+still rank first. Measured on the whole target on that Zen 4 (`scripts/compare_packages.py`, the README): 5-6
+rows cost about what 2-4 do, 8 rows 1.35 times a 2-row pass instead of 1.6, and up to 4 rows no more than
+before.
 """
 from __future__ import annotations
 
