@@ -10,15 +10,8 @@ from specdec_ref.models import bf16_gemm
 HAS_BF16 = torch.cpu._is_avx512_bf16_supported()
 
 
-def _fp32vec_and_ours():
-    import torch._inductor.select_algorithm  # noqa: F401
-    from torch._inductor.codegen import cpp_gemm_template  # noqa: F401
-    from torch._inductor.codegen import cpp_micro_gemm as micro
-    return micro
-
-
 def test_dot_products_swaps_only_the_bfloat16_avx512_micro_gemm_in_and_restores_the_rest():
-    micro = _fp32vec_and_ours()
+    micro = bf16_gemm.micro_gemms()
     before = {cls: list(configs) for cls, configs in micro.micro_gemm_configs.items()}
     ours = bf16_gemm.micro_gemm_class()
     with bf16_gemm.dot_products(enabled=True, cls=ours):

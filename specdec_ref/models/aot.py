@@ -262,9 +262,7 @@ def small_register_blocks(max_accumulators: int = MAX_BLOCK_ACCUMULATORS):
     (`scripts/compare_packages.py`, the README). A block of 4 rows reads its weights once per 4 rows instead
     of once per 8, from cache. AVX2 blocks (4 x 24: 12 accumulators, untested) and the AMX kernel are left as
     they are."""
-    import torch._inductor.select_algorithm  # noqa: F401  (first: importing the micro-GEMMs alone is circular)
-    from torch._inductor.codegen import cpp_gemm_template  # noqa: F401  (registers the micro-GEMMs)
-    from torch._inductor.codegen import cpp_micro_gemm as micro
+    micro = bf16_gemm.micro_gemms()
     saved = micro.micro_gemm_configs.get(micro.CppMicroGemmFP32Vec)
     def capped(config):  # the same block with as many rows as max_accumulators allows
         m, n, k = config.register_blocking

@@ -17,6 +17,7 @@ before.
 """
 from __future__ import annotations
 
+import functools
 import os
 from contextlib import contextmanager
 
@@ -35,11 +36,19 @@ def wanted() -> bool:
     return isinstance(isa, VecAVX512) and isa.is_avx512_bf16_supported()
 
 
-def micro_gemm_class():
-    """`CppMicroGemmBF16Dot`, made on first use (Inductor's codegen is imported only to compile)."""
+def micro_gemms():
+    """Inductor's micro-GEMM module (`cpp_micro_gemm`), with every micro-GEMM registered in its
+    `micro_gemm_configs`; imported on first use, since Inductor's codegen is needed only to compile."""
     import torch._inductor.select_algorithm  # noqa: F401  (first: importing the micro-GEMMs alone is circular)
     from torch._inductor.codegen import cpp_gemm_template  # noqa: F401  (registers the micro-GEMMs)
-    from torch._inductor.codegen import cpp_micro_gemm as micro
+    from torch._inductor.codegen import cpp_micro_gemm
+    return cpp_micro_gemm
+
+
+@functools.cache
+def micro_gemm_class():
+    """`CppMicroGemmBF16Dot`, made once, on first use."""
+    micro = micro_gemms()
     from torch._inductor.codegen.common import KernelTemplate
 
     class CppMicroGemmBF16Dot(micro.CppMicroGemm):
@@ -141,8 +150,7 @@ def dot_products(enabled: bool | None = None, block: tuple[int, int, int] = BLOC
     if not (wanted() if enabled is None else enabled):
         yield
         return
-    cls = cls or micro_gemm_class()
-    from torch._inductor.codegen import cpp_micro_gemm as micro
+    cls, micro = cls or micro_gemm_class(), micro_gemms()
     from torch._inductor.cpu_vec_isa import VecAVX512
     saved = dict(micro.micro_gemm_configs)
     micro.micro_gemm_configs[micro.CppMicroGemmFP32Vec] = [
