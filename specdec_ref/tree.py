@@ -222,9 +222,9 @@ def _tree_block(tree: Tree, n_ctx: int, dtype: torch.dtype,
 def tree_position_ids(tree: Tree, context_len: int, start: int, stop: int,
                       device=None) -> torch.Tensor:  # -> [stop - start]
     """Position of each flattened row: its index in the context, or context_len - 1 + depth for a node."""
-    depth = torch.tensor(tree.depths(), device=device)  # [n_nodes+1]
-    i = torch.arange(start, stop, device=device)  # [q]
-    return torch.where(i < context_len, i, context_len - 1 + depth[(i - context_len + 1).clamp(min=0)])
+    depth = tree.depths()  # n_nodes+1 ints: a few rows decided in Python, sent to the device in one copy
+    return torch.tensor([i if i < context_len else context_len - 1 + depth[i - context_len + 1]
+                         for i in range(start, stop)], device=device)
 
 
 def tree_rows_mask(g: GrowingTree, fed: list[int], new: list[int], n_prefix: int, dtype: torch.dtype,
@@ -234,12 +234,12 @@ def tree_rows_mask(g: GrowingTree, fed: list[int], new: list[int], n_prefix: int
 
     The drafted part is a few rows and columns, decided in Python and sent to the device in one copy.
     """
-    cols = fed + new
+    cols, never = fed + new, torch.finfo(dtype).min
     seen = [set(g.ancestors(v)) for v in new]
-    nodes = torch.tensor([[c in s for c in cols] for s in seen], dtype=torch.bool)  # [len(new), len(cols)]
-    allowed = torch.ones(len(new), n_prefix + len(cols), dtype=torch.bool, device=device)
-    allowed[:, n_prefix:] = nodes.to(device, non_blocking=True)
-    return additive_mask(allowed, dtype)[None, None]
+    nodes = torch.tensor([[0.0 if c in s else never for c in cols] for s in seen], dtype=dtype)  # [k, cols]
+    mask = torch.zeros(len(new), n_prefix + len(cols), dtype=dtype, device=device)  # the context: seen
+    mask[:, n_prefix:] = nodes.to(device, non_blocking=True)
+    return mask[None, None]
 
 
 def tree_node_positions(g: GrowingTree, nodes: list[int], n_prefix: int,
