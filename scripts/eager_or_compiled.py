@@ -11,7 +11,7 @@ interleaved prompt by prompt (`lab.bench.run_interleaved`) on held-out chat prom
 (`distill.prompts.HELD_OUT[12:]`): tokens/s, speedup over the fastest plain loop, and τ per target pass.
 `models.aot_use` makes the same choice for plain decoding on a package's first load. To build a package with
 oneDNN's kernels instead of the autotuned micro-GEMM: `aot.build(model, path, options=dict(freezing=True))`
-on the plain model (the README). Needs `python -m specdec_ref compile`.
+on the plain model (book/measurement_log.md). Needs `python -m specdec_ref compile`.
 """
 import argparse
 import os

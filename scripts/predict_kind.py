@@ -5,7 +5,8 @@ measurement: say so wherever it is quoted.
     python scripts/predict_kind.py --t 36.0,42.9,48.3,52.9,64.8,62.7,91.7,97.0,123.7,151.9 \
         --ks 1,2,3,4,5,6,8,10,12,16 --c1 0.16 0.08
 
---t: the target's ms per pass over k rows (the README's kernel probe of that kind, `scripts/kernel_probe.py`);
+--t: the target's ms per pass over k rows (the kernel probe of that kind in book/measurement_log.md,
+`scripts/kernel_probe.py`);
 --c1: one or more prices of a draft pass in target steps; the loop's costs (h₀ 0.05, h_node 0.02, δ 0.05,
 δ_node 0.05, c_row 0.005 steps) are this project's AVX512-BF16 calibrations, rounded up.
 """

@@ -259,9 +259,9 @@ def small_register_blocks(max_accumulators: int = MAX_BLOCK_ACCUMULATORS):
     (AVX512-BF16, no AMX) a layer of 576 -> 1536 in bfloat16 cost 2-4 times as much for 5-8 rows as for 4
     whenever a block held 15 or more (8 x 48: 24; 8 x 32 at 8 rows: 16; 4 x 64 at 4 rows: 16), and stayed
     near the price of 4 rows with blocks of 12 or fewer; on the whole target t(8)/t(1) went from 3.74 to 1.43
-    (`scripts/compare_packages.py`, the README). A block of 4 rows reads its weights once per 4 rows instead
-    of once per 8, from cache. AVX2 blocks (4 x 24: 12 accumulators, untested) and the AMX kernel are left as
-    they are."""
+    (`scripts/compare_packages.py`, book/measurement_log.md). A block of 4 rows reads its weights once per 4
+    rows instead of once per 8, from cache. AVX2 blocks (4 x 24: 12 accumulators, untested) and the AMX
+    kernel are left as they are."""
     micro = bf16_gemm.micro_gemms()
     saved = micro.micro_gemm_configs.get(micro.CppMicroGemmFP32Vec)
     def capped(config):  # the same block with as many rows as max_accumulators allows

@@ -6,15 +6,16 @@ package as a 1-row pass, as a 2-row pass, and through the eager model, round by 
 * **Does one new token run as a 2-row pass?** Inductor's kernels can cost more for one row than for two: on a
   2-core AMD EPYC Zen 4 (AVX512-BF16) a pass of the offline target cost 16.9 ms for 1 row and 13.4 ms for 2
   after 128 tokens (23.2 and 16.6 after 400), and a package compiled for exactly 1 row was no faster than the
-  dynamic one (the README). Where that holds, plain decoding scores the token before again with the new one
-  (its keys and values are written again, the same up to rounding). SPECDEC_AOT_PAD=0 or 1 decides instead.
+  dynamic one (book/measurement_log.md). Where that holds, plain decoding scores the token before again with
+  the new one (its keys and values are written again, the same up to rounding). SPECDEC_AOT_PAD=0 or 1
+  decides instead.
 * **Is the package faster than the eager model at all?** On that Zen 4 it decoded 2.3 times as fast as the
   eager model with oneDNN's prepacked weights. On a 2-core AMD EPYC of family 26 (Zen 5, whose AVX-512 units
   are twice as wide) the eager model was the faster, 68.0 against 55.4 tokens/s
   (`scripts/eager_or_compiled.py`), and scored up to 8 rows for little more than one, where the package's cost
-  rose by a third: there every method, plain and speculative, ran faster without it (the README). So the
-  package is used only where it scores one new token for less than EAGER_MARGIN of the eager model's step;
-  SPECDEC_AOT=1 uses it regardless.
+  rose by a third: there every method, plain and speculative, ran faster without it
+  (book/measurement_log.md). So the package is used only where it scores one new token for less than
+  EAGER_MARGIN of the eager model's step; SPECDEC_AOT=1 uses it regardless.
 """
 from __future__ import annotations
 

@@ -87,8 +87,9 @@ class PairModel:
 
 
 PAIR_MODELS = {  # candidates for PAIR = "auto"; keys are those of loading.PAIRS, plus the offline pair
-    "offline": PairModel("SmolLM2-135M", "feature head", 0.29, "measured: README, shipped head, greedy γ=2"),
-    "offline/lm": PairModel("SmolLM2-135M", "LM draft (2 layers)", 0.24, "measured: README, greedy γ=2"),
+    # the offline pair's α: book/measurement_log.md, "The previous defaults, on another machine"
+    "offline": PairModel("SmolLM2-135M", "feature head", 0.29, "measured: shipped head, greedy γ=2"),
+    "offline/lm": PairModel("SmolLM2-135M", "LM draft (2 layers)", 0.24, "measured: greedy γ=2"),
     "smollm2": PairModel("SmolLM2-1.7B", "SmolLM2-135M", 0.6, "assumed: same family, 13× smaller draft"),
     "qwen2.5": PairModel("Qwen2.5-3B", "Qwen2.5-0.5B", 0.7, "assumed: same family, 6× smaller draft", True),
     "qwen2.5-7b": PairModel("Qwen2.5-7B", "Qwen2.5-0.5B", 0.65, "assumed: same family, 15× smaller draft",
