@@ -87,10 +87,10 @@ class CachedModel:
         self.forward, self.body = model, model.base_model  # the whole model; its body without the LM head
         self.dtype, self.device = next(model.parameters()).dtype, next(model.parameters()).device
         self.head_on_kept_rows = True  # the LM head runs on the `keep` rows only (logits_to_keep)
-        # [] float32 sum of every logit so far: NaN or +inf if one was
-        self._finite: torch.Tensor | None = None
+        # [] float32 sum of every logit so far (on a CPU, of the latest pass, a float): NaN or +inf if one was
+        self._finite: torch.Tensor | float | None = None
 
-    def note_finite(self, logits: torch.Tensor, total: torch.Tensor | None = None) -> None:  # [k, V]
+    def note_finite(self, logits: torch.Tensor, sums: torch.Tensor | None = None) -> None:  # [k, V], [k]
         """Remember whether these logits are all finite; check at once on a CPU, every 16 passes elsewhere.
 
         -inf is a legitimate logit (probability 0: a reduced draft head gives it to the tokens it never
@@ -98,10 +98,16 @@ class CachedModel:
         cannot overflow), and costs one vectorised pass: ~20 times less than `isfinite(logits).all()` on a
         CPU. On a GPU a check is a host sync, which a per-token check would add to every step; checking every
         16th pass, and at the loop's end (`check_finite`), bounds how far a NaN can run before it is refused.
+        A pass may bring its rows' sums (a compiled pass computes them inside).
         """
-        total = logits.detach().sum(dtype=torch.float32) if total is None else total  # a pass may bring it
+        if logits.device.type == "cpu":  # checked now, so only this pass's total is kept (a Python float)
+            self._finite = (float(logits.detach().sum(dtype=torch.float32)) if sums is None
+                            else sum(sums.tolist()))  # NaN and inf carry through a sum of floats too
+            self.check_finite()
+            return
+        total = logits.detach().sum(dtype=torch.float32) if sums is None else sums.sum()
         self._finite = total if self._finite is None else self._finite + total
-        if logits.device.type == "cpu" or self.calls % 16 == 0:
+        if self.calls % 16 == 0:
             self.check_finite()
 
     def pass_argmax(self, logits: torch.Tensor) -> torch.Tensor | None:  # [k, V] -> [k] or None

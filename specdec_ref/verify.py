@@ -142,6 +142,7 @@ def verify_greedy(draft_tokens: torch.Tensor,
     row again. So the accepted prefix is the draft's agreement with the argmax, and the next token is the
     argmax after it: the same tokens, with no row of probabilities built and no random draw.
     """
-    agree = (draft_tokens == target_tokens[:draft_tokens.shape[0]]).long()  # [γ]
-    n = int(agree.cumprod(0).sum())
+    # γ + 1 integers copied once, compared in Python (four tensor operations cost more after a target pass)
+    drafted, best = draft_tokens.tolist(), target_tokens.tolist()
+    n = next((i for i, (x, y) in enumerate(zip(drafted, best)) if x != y), len(drafted))  # the first miss
     return n, target_tokens[n:n + 1]

@@ -414,7 +414,7 @@ class CompiledCachedModel(CachedModel):
         if keep is not None:
             logits, best, sums = logits[-keep:], best[-keep:], sums[-keep:]
         self._latest = logits, best
-        self.note_finite(logits, sums.sum())
+        self.note_finite(logits, sums)
         return logits
 
     def pass_argmax(self, logits: torch.Tensor) -> torch.Tensor | None:  # [k, V] -> [k]
