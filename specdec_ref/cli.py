@@ -117,6 +117,34 @@ def generate_main(args) -> None:
         else:
             print(f"greedy outputs identical: no: {split} "
                   f"[{tokenizer.decode([split.plain_token])!r} vs {tokenizer.decode([split.spec_token])!r}]")
+    if args.compare_prompts > 0:
+        encoded = [encode_chat(tokenizer, q, device) for q in bench.BENCH_PROMPTS[:args.compare_prompts]]
+        n = min(args.max_new_tokens, COMPARE_TOKENS)
+        print(f"... and on {len(encoded)} held-out prompts", file=sys.stderr, flush=True)
+        plain_tps, spec_tps = held_out_speeds(target, draft, encoded, n, method, sampling, args.seed)
+        print(f"over {len(encoded)} held-out prompts ({n} new tokens each, interleaved): speculative "
+              f"{spec_tps:.1f} tokens/s, plain {plain_tps:.1f} tokens/s, speedup {spec_tps / plain_tps:.2f}× "
+              "(one prompt's speedup is one sample of how often the draft is right; "
+              "`python -m specdec_ref bench` compares every method)")
+
+
+COMPARE_TOKENS = 64  # new tokens per held-out prompt in generate's comparison
+
+
+def held_out_speeds(target, draft, encoded: list[torch.Tensor], max_new_tokens: int, method: dict,
+                    sampling: SamplingConfig, seed: int) -> tuple[float, float]:  # [1, T] each
+    """Plain and speculative decoding (`method`: gamma= or tree=) on these prompts, prompt by prompt, each
+    seeded alike -> (plain tokens/s, speculative tokens/s), tokens and seconds summed over the prompts."""
+    def generator() -> torch.Generator:
+        return torch.Generator(encoded[0].device).manual_seed(seed)
+
+    rows = bench.run_interleaved({
+        "plain": lambda ids: autoregressive_generate(target, ids, max_new_tokens, sampling=sampling,
+                                                     generator=generator()),
+        "speculative": lambda ids: speculative_generate(target, draft, ids, max_new_tokens, **method,
+                                                        sampling=sampling, generator=generator())},
+        encoded, progress=lambda message: None, warmup=False)
+    return rows["plain"].tokens_per_second, rows["speculative"].tokens_per_second
 
 
 def bench_main(args) -> None:
@@ -194,6 +222,9 @@ def main(argv: list[str] | None = None) -> None:
     gen = sub.add_parser("generate", help="generate from a prompt and compare with plain decoding (default)")
     _common(gen)
     gen.add_argument("--prompt", default="Explain in a few sentences why the sky is blue.")
+    gen.add_argument("--compare-prompts", type=int, default=4,
+                     help="then time plain and speculative decoding on this many held-out benchmark prompts, "
+                          "interleaved (0: skip)")
     b = sub.add_parser("bench", help="side-by-side benchmark table (plain, ours, HF assisted, formula)")
     _common(b)
     b.add_argument("--prompts", type=int, default=len(bench.BENCH_PROMPTS), help="how many benchmark prompts")
@@ -226,6 +257,9 @@ def main(argv: list[str] | None = None) -> None:
             raise ValueError(f"--gamma must be >= 1, got {args.gamma}")
         if getattr(args, "gamma_max", 1) < 1:
             raise ValueError(f"--gamma-max must be >= 1, got {args.gamma_max}")
+        if getattr(args, "compare_prompts", 0) < 0:
+            raise ValueError(f"--compare-prompts must be >= 0 (0 skips the comparison), "
+                             f"got {args.compare_prompts}")
     except ValueError as e:
         parser.error(str(e))
     {"bench": bench_main, "diagnose": diagnose_main, "compile": compile_main}.get(args.command,
