@@ -483,8 +483,9 @@ def synthetic_llama(n_layers: int, hidden: int, vocab_size: int = 8192, dtype: t
     """A randomly initialised Llama with n_layers of width `hidden` (64-dim heads, plain multi-head
     attention).
 
-    Each layer holds about 12 * hidden^2 parameters (4 h^2 in attention, 8 h^2 in the MLP),
-    so 32 layers of 256 and 2 layers of 1024 carry the same weights in different shapes.
+    Each layer holds about 12 * hidden^2 parameters (4 h^2 in attention, 8 h^2 in the MLP), so 32 layers of
+    256 and 2 layers of 1024 carry about the same layer weights (24 and 25 M) in different shapes; their
+    untied output layers (vocab_size x hidden: 2 and 8 M) do not.
     """
     if hidden % 64:
         raise ValueError(f"hidden must be a multiple of 64 (the head size), got {hidden}")
