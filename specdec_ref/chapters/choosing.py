@@ -59,7 +59,7 @@ def loop_coverage(stats) -> float:
 
 def plot_drafts_plane(rows: Sequence, ax=None):
     """Every draft (a `lab.compare.DraftRow`) on the (α, c) plane, over chapter 4's iso-speedup shading."""
-    fig = plot_claims_plane({}, {r.name: (min(r.alpha_greedy, 0.99), min(r.c, 0.5)) for r in rows}, ax=ax)
+    fig = plot_claims_plane({}, {r.name: (min(r.alpha_greedy, 0.99), min(r.c, 1.0)) for r in rows}, ax=ax)
     ax = fig.axes[0]
     ax.set_ylim(0, max(0.5, *(min(r.c, 1.0) for r in rows)) if rows else 0.5)
     winner = max(rows, key=lambda r: r.measured or 0)

@@ -16,7 +16,7 @@ from torch import nn
 
 from ..cache import vocab_size
 from ..drafters import FeatureDrafter, NgramDrafter
-from .kernels import unpack
+from .kernels import PrepackedLinear, prepack_for_cpu, unpack
 from . import feature_draft as _feature
 from . import offline_draft
 from .loading import placeholder_draft
@@ -87,7 +87,10 @@ def distilled_draft(target):
 
 
 def feature_draft(target):
-    """The EAGLE-style feature drafter, as shipped (None where no feature-draft weights are installed)."""
+    """The EAGLE-style feature drafter, as shipped (None where no feature-draft weights are installed); its
+    head prepacked for oneDNN where the target is, as `load_offline_pair` runs it (not compiled)."""
     if not _feature.available():
         return None
-    return FeatureDrafter(_feature.load(target), sharpness=_feature.recorded_sharpness())
+    prepacked = any(isinstance(m, PrepackedLinear) for m in target.modules())
+    head = prepack_for_cpu(_feature.load(target), prepacked)
+    return FeatureDrafter(head, sharpness=_feature.recorded_sharpness())
