@@ -480,8 +480,7 @@ SYNTHETIC_SIZES = {  # name -> (layers, hidden size); the two 25M ones differ on
 
 def synthetic_llama(n_layers: int, hidden: int, vocab_size: int = 8192, dtype: torch.dtype = torch.float32,
                     device: torch.device | str | None = None, seed: int = 0) -> LlamaForCausalLM:
-    """A randomly initialised Llama with n_layers of width `hidden` (64-dim heads, plain multi-head
-    attention).
+    """A randomly initialised Llama with n_layers of width `hidden` (64-dim heads, plain multi-head attn).
 
     Each layer holds about 12 * hidden^2 parameters (4 h^2 in attention, 8 h^2 in the MLP), so 32 layers of
     256 and 2 layers of 1024 carry about the same layer weights (24 and 25 M) in different shapes; their
