@@ -2,7 +2,7 @@
 (flip the numbers, the sentence flips)."""
 import pytest
 
-from specdec_ref.chapters.verdicts.ch1 import kernel_verdict
+from specdec_ref.chapters.verdicts.ch1 import kernel_verdict, stream_share_verdict
 
 
 def test_kernel_verdict_says_within_goal_only_when_it_is():
@@ -239,3 +239,9 @@ def test_int4_logits_verdict_and_note():
     assert "no CPU int4 kernel" in no_int4_note("cpu", True, False)
     assert "natively" in no_int4_note("cpu", False, True)
     assert "SPECDEC_PREPACK=0" in no_int4_note("cpu", True, True)
+
+
+def test_stream_share_verdict_blames_overheads_only_below_the_copy_rate():
+    below, above = stream_share_verdict(80), stream_share_verdict(120)
+    assert "other than streaming weights" in below and "STREAM convention" not in below
+    assert "understates" in above and "other than streaming weights" not in above
