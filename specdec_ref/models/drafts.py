@@ -16,7 +16,7 @@ from torch import nn
 
 from ..cache import vocab_size
 from ..drafters import FeatureDrafter, NgramDrafter
-from .kernels import PrepackedLinear, prepack_for_cpu, unpack
+from .kernels import prepack_like, unpack
 from . import feature_draft as _feature
 from . import offline_draft
 from .loading import placeholder_draft
@@ -91,6 +91,5 @@ def feature_draft(target):
     head prepacked for oneDNN where the target is, as `load_offline_pair` runs it (not compiled)."""
     if not _feature.available():
         return None
-    prepacked = any(isinstance(m, PrepackedLinear) for m in target.modules())
-    head = prepack_for_cpu(_feature.load(target), prepacked)
+    head = prepack_like(_feature.load(target), target)
     return FeatureDrafter(head, sharpness=_feature.recorded_sharpness())

