@@ -4,13 +4,17 @@ scripts/compare_packages.py.
     PYTHONPATH=<checkout> python scripts/build_package.py OUT.pt2 --kernel dot --block 8x48
     PYTHONPATH=<checkout> python scripts/build_package.py OUT.pt2 --kernel fp32vec --block 12x16
     PYTHONPATH=<checkout> python scripts/build_package.py OUT.pt2 --kernel onednn
+    PYTHONPATH=<checkout> python scripts/build_package.py OUT.pt2 --inductor cpp.enable_concat_linear=True
 
 --kernel dot: bfloat16 products by AVX512-BF16's dot-product instruction (`models.bf16_gemm`, the default
 where the CPU has it) in register blocks of --block rows x columns; fp32vec: Inductor's own micro-GEMM, every
 bfloat16 AVX-512 block set to --block; onednn: oneDNN's kernels throughout (frozen weights, no autotuning).
-Prints the package's largest logit difference from the eager model. A few minutes on 2 cores.
+--inductor NAME=VALUE (repeatable) sets one more of Inductor's settings while compiling (a Python literal;
+e.g. cpp.enable_concat_linear=True: q, k and v in one product, gate and up in another). Prints the package's
+largest logit difference from the eager model. A few minutes on 2 cores.
 """
 import argparse
+import ast
 import contextlib
 import dataclasses
 import functools
@@ -26,6 +30,8 @@ p.add_argument("out", type=Path)
 p.add_argument("--kernel", choices=("dot", "fp32vec", "onednn"), default="dot")
 p.add_argument("--block", default="8x48", help="register block, rows x columns (a multiple of 16)")
 p.add_argument("--threads", type=int, default=2)
+p.add_argument("--inductor", action="append", default=[], metavar="NAME=VALUE",
+               help="one more Inductor setting while compiling, e.g. cpp.enable_concat_linear=True")
 args = p.parse_args()
 torch.set_num_threads(args.threads)
 rows, cols = map(int, args.block.split("x"))
@@ -54,6 +60,14 @@ elif args.kernel == "fp32vec":
     aot.small_register_blocks = fp32vec_blocks
 else:
     options = dict(freezing=True)
+extra = {}
+for item in args.inductor:
+    name, sep, value = item.partition("=")
+    if not sep:
+        raise SystemExit(f"--inductor takes NAME=VALUE, got {item!r}")
+    extra[name] = ast.literal_eval(value)
+if extra:
+    options = {**(aot.INDUCTOR if options is None else options), **extra}
 model, _ = load_offline_target("cpu", default_dtype(torch.device("cpu")), prepack=False, compiled=False)
 aot.build(model, args.out, options=options)
 worst = aot.check_against_eager(model, args.out)

@@ -37,7 +37,7 @@ def use(way: str) -> None:
 cache = head.new_cache()
 inputs = (head.inner.embed(torch.tensor([[5]])), torch.randn(1, 1, head.inner.fc.weight.shape[1]).to(
     head.inner.fc.weight.dtype), torch.tensor([[10]]), torch.tensor(10),
-    pass_mask(10, 1, cache.capacity, head.inner.fc.weight.dtype), *cache.kv)
+    pass_mask(10, 1, head.inner.fc.weight.dtype), *cache.kv)
 prompts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
                                    return_tensors="pt") for q in HELD_OUT[12:15]]
 prompts = [x if isinstance(x, torch.Tensor) else x["input_ids"] for x in prompts]

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import specdec_ref as sd
-from specdec_ref.cache import CachedModel, cached_model
+from specdec_ref.cache import CachedModel, additive_mask, cached_model
 from specdec_ref.models import aot, aot_head, aot_use
 from specdec_ref.models.feature_draft import FeatureHead
 from specdec_ref.models.toy import tiny_llama
@@ -15,9 +15,10 @@ FAST = dict(freezing=True)  # no autotuning: the package compiles in about a min
 
 
 def tiny(seed=0):
-    # sharp distributions: a greedy argmax is never a near tie that float rounding could flip
+    # sharp distributions: a greedy argmax is never a near tie that float rounding could flip; two query heads
+    # on one key head, so the package's attention groups heads as SmolLM2's does (`aot.compiled_attention`)
     return tiny_llama(40, seed=seed, n_layers=2, hidden=32, dtype=torch.float32, max_positions=2048,
-                      logit_scale=8.0)
+                      logit_scale=8.0, kv_heads=1)
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +89,8 @@ def test_one_new_token_as_a_padded_pass_gives_the_eager_logits_hidden_states_and
     ref.rollback(100)
     assert torch.allclose(lm.logits(ids[:101], keep=1), ref.logits(ids[:101], keep=1), atol=1e-4)
     assert calls[-1] == 2 and lm.capacity == 2 * aot.BLOCK
-    tree = aot.pass_mask(101, 1, 102, torch.float32)  # a masked pass of one row is never padded
-    lm.logits(ids[:102], keep=1, position_ids=torch.arange(101, 102), attention_mask=tree[..., :102])
+    tree = aot.pass_mask(101, 1, torch.float32)  # a masked pass of one row is never padded
+    lm.logits(ids[:102], keep=1, position_ids=torch.arange(101, 102), attention_mask=tree)
     assert calls[-1] == 1
 
 
@@ -175,22 +176,48 @@ def test_the_package_brings_each_rows_argmax_and_logit_sum_for_the_rows_it_retur
     assert lm.pass_argmax(before) is None  # nor for an older pass's
     assert CachedModel(attached).pass_argmax(before) is None  # an eager pass brings none
     # the row sums guard against NaN: a NaN in a tree pass's mask reaches every logit and is refused
-    mask = aot.pass_mask(58, 2, 60, torch.float32)[..., :60].clone()
+    mask = aot.pass_mask(58, 2, torch.float32).clone()
     mask[..., 3] = float("nan")
     with pytest.raises(ValueError, match="NaN or inf"):
         lm.logits(ids[:60], keep=2, position_ids=torch.arange(58, 60), attention_mask=mask)
 
 
-def test_causal_masks_are_rows_of_one_kept_mask_and_the_same_as_built_afresh():
-    for start, q, length in ((0, 1, 256), (5, 3, 512), (250, 6, 256), (100, 4, 4096)):
-        mask = aot.causal_mask(start, q, length, torch.bfloat16)
-        assert torch.equal(mask, aot._causal_rows(start, q, length, torch.bfloat16))
-        assert mask.shape == (1, 1, q, length) and mask.is_contiguous()
-    again = aot.causal_mask(7, 2, 512, torch.bfloat16)
-    assert again.untyped_storage().data_ptr() == aot.causal_mask(3, 1, 512, torch.bfloat16).untyped_storage(
-        ).data_ptr()  # one kept mask per length, viewed
-    with pytest.raises(ValueError, match="does not fit"):
-        aot.causal_mask(255, 2, 256, torch.float32)
+def test_pass_masks_cover_the_positions_in_use_and_causal_ones_equal_masks_built_afresh():
+    for start, q in ((0, 1), (5, 3), (250, 6), (4000, 4)):
+        mask = aot.causal_mask(start, q, torch.bfloat16)
+        rows, cols = torch.arange(start, start + q)[:, None], torch.arange(start + q)[None]
+        assert torch.equal(mask[0, 0], additive_mask(cols <= rows, torch.bfloat16))
+        assert mask.shape == (1, 1, q, start + q) and mask.is_contiguous()
+        assert torch.equal(aot.pass_mask(start, q, torch.bfloat16), mask)
+    tree = torch.zeros(1, 1, 3, 12)
+    assert aot.pass_mask(9, 3, torch.bfloat16, attention_mask=tree).dtype == torch.bfloat16
+    with pytest.raises(ValueError, match=r"takes a mask \[..., 3, 12\]"):  # as wide as the buffers: refused
+        aot.pass_mask(9, 3, torch.float32, attention_mask=torch.zeros(1, 1, 3, 256))
+
+
+@pytest.mark.parametrize("heads, kv_heads", [(9, 3), (8, 2), (4, 4)])
+def test_compiled_attention_equals_hugging_faces_over_the_whole_buffers(heads, kv_heads):
+    """Cut to the positions in use, with the query heads of a key head stacked as its rows: the same output
+    as Hugging Face's SDPA over the whole buffers (rows past the mask's end masked), grouped heads or not."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    class Layer:
+        num_key_value_groups, is_causal, training = heads // kv_heads, False, False
+
+    g = torch.Generator().manual_seed(heads)
+    start, q, L, d = 37, 4, 256, 16
+    query = torch.randn(1, q, heads, d, generator=g).transpose(1, 2)  # [1, H, q, d], as the layer makes it
+    key, value = (torch.randn(1, kv_heads, L, d, generator=g) for _ in range(2))
+    mask = aot.causal_mask(start, q, torch.float32)
+    mask[..., 5] = torch.finfo(torch.float32).min  # a tree pass's mask hides some cached positions
+    wide = torch.nn.functional.pad(mask, (0, L - start - q), value=torch.finfo(torch.float32).min)
+    want, _ = sdpa_attention_forward(Layer(), query, key, value, wide, scaling=0.25)
+    got, _ = aot.compiled_attention(Layer(), query, key, value, mask, scaling=0.25)
+    assert got.shape == want.shape == (1, q, heads, d) and torch.allclose(got, want, atol=1e-5)
+    if kv_heads < heads:  # power: the query heads in the order a mapping h -> h % H_kv would read them
+        wrong = query.view(1, heads // kv_heads, kv_heads, q, d).transpose(1, 2).reshape(1, heads, q, d)
+        bad, _ = aot.compiled_attention(Layer(), wrong, key, value, mask, scaling=0.25)
+        assert not torch.allclose(bad, want, atol=1e-3)
 
 
 def test_attach_only_with_a_package_for_these_weights_and_never_when_switched_off(built, monkeypatch):

@@ -11,7 +11,8 @@ bypass Inductor's disk cache). So the pass is compiled once, ahead of time, into
 * `KVStep` is one pass with everything explicit: token ids, positions, where to write, the additive attention
   mask, and the KV buffers themselves as inputs that the pass writes in place. Rows (q) and buffer length
   (L, a multiple of `BLOCK`) are dynamic, so one package serves plain decoding, every chain, every tree and
-  every context length.
+  every context length. The mask covers the positions in use only (start + q of them), and attention reads
+  no further (`compiled_attention`).
 * `build` exports it (`torch.export`) and compiles the package (`aoti_compile_and_package`, a few minutes on
   2 cores); `python -m specdec_ref compile` runs it for the offline target. Inductor writes its GEMMs for the
   thread count it compiles at, so a package serves that thread count only (`package_key`).
@@ -36,7 +37,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import StaticCache
+from transformers import AttentionInterface, StaticCache
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from ..cache import CachedModel, additive_mask, cache_kwargs
 from ..device import chip_name, package_version
@@ -45,8 +47,9 @@ from . import aot_use, bf16_gemm
 BLOCK = 256  # KV buffers hold a multiple of this many positions
 MAX_QUERY = 64  # rows one compiled pass takes; a longer prefill runs in pieces
 MAX_BLOCKS = 32  # the longest buffer a package takes: 32 x 256 = 8,192 positions (SmolLM2's context)
-FORMAT = 5  # the packages' inputs, outputs and kernels; a change makes every machine build them again
-# (5: bfloat16 products by AVX512-BF16's dot-product instruction where the CPU has it, `bf16_gemm`)
+FORMAT = 6  # the packages' inputs, outputs and kernels; a change makes every machine build them again
+# (5: bfloat16 products by AVX512-BF16's dot-product instruction where the CPU has it, `bf16_gemm`; 6: masks
+# as wide as the positions in use, attention over those only, `compiled_attention`)
 INDUCTOR = dict(freezing=True, max_autotune=True, max_autotune_gemm_backends="CPP,ATEN")
 MAX_BLOCK_ACCUMULATORS = 12  # vector accumulators per register block of the AVX-512 micro-GEMM (see below)
 
@@ -61,11 +64,12 @@ def kv_shape(model, length: int) -> tuple[int, int, int, int]:
 class KVStep(nn.Module):
     """One cached pass of a Hugging Face decoder-only LM with nothing hidden, for torch.export:
 
-        (ids [1, q], positions [1, q], write [] long, mask [1, 1, q, L], k_0, v_0, ..., k_n-1, v_n-1)
+        (ids [1, q], positions [1, q], write [] long, mask [1, 1, q, write + q], k_0, v_0, ..., k_n-1, v_n-1)
             -> (logits [q, V], final hidden states [q, d], argmax [q], row sums [q] float32)
 
     The pass writes its q keys and values into rows write..write+q-1 of the KV buffers ([1, heads, L, d]
-    each) in place, and every row attends where the additive mask lets it (0 or the dtype's lowest value).
+    each) in place, and every row attends where the additive mask lets it (0 or the dtype's lowest value)
+    among the first write + q positions (`compiled_attention`); the rest of the buffers is never read.
     It also returns each row's argmax (the greedy token, first index on ties, as `sampling.argmax`) and the
     float32 sum of its logits (NaN or +inf as soon as one logit is: `CachedModel.note_finite`). Both read
     the logits once, in a reduction Inductor vectorises; ATen's max over bfloat16 rows of 49,152 logits is not
@@ -80,7 +84,7 @@ class KVStep(nn.Module):
         self.cache.early_initialization(1, heads, head_dim, next(model.parameters()).dtype,
                                         next(model.parameters()).device)
 
-    def forward(self, ids, positions, write, mask, *kv):
+    def forward(self, ids, positions, write, mask, *kv):  # mask [1, 1, q, write + q]
         for i, layer in enumerate(self.cache.layers):  # the buffers given: the pass writes into them
             layer.keys, layer.values = kv[2 * i], kv[2 * i + 1]
             layer.max_cache_len = kv[2 * i].shape[2]
@@ -97,7 +101,7 @@ def example_inputs(model, q: int = 3, length: int = 2 * BLOCK, start: int = 5) -
     device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
     ids = torch.randint(0, model.config.vocab_size, (1, q), device=device)
     positions = torch.arange(start, start + q, device=device)[None]
-    mask = causal_mask(start, q, length, dtype, device)
+    mask = causal_mask(start, q, dtype, device)
     kv = kv_buffers(model, length, dtype, device)
     return (ids, positions, torch.tensor(start, device=device), mask, *kv)
 
@@ -109,39 +113,78 @@ def kv_buffers(model, length: int, dtype: torch.dtype, device=None) -> list[torc
             for _ in range(2 * model.config.num_hidden_layers)]
 
 
-def pass_mask(start: int, q: int, length: int, dtype: torch.dtype, device=None,
-              attention_mask: torch.Tensor | None = None) -> torch.Tensor:  # -> [1, 1, q, length]
-    """The mask of a pass over q rows after `start` cached ones, as wide as buffers of `length` positions:
-    causal, or a tree pass's own mask [1, 1, q, start + q] padded with "never"."""
+def pass_mask(start: int, q: int, dtype: torch.dtype, device=None,
+              attention_mask: torch.Tensor | None = None) -> torch.Tensor:  # -> [1, 1, q, start + q]
+    """The mask of a pass over q rows after `start` cached ones: causal, or a tree pass's own mask, which must
+    be as wide (start + q positions: attention inside a package reads no further)."""
     if attention_mask is None:
-        return causal_mask(start, q, length, dtype, device)
-    never = torch.finfo(dtype).min
-    return F.pad(attention_mask.to(dtype), (0, length - attention_mask.shape[-1]), value=never)
+        return causal_mask(start, q, dtype, device)
+    if tuple(attention_mask.shape[-2:]) != (q, start + q):
+        raise ValueError(f"a pass of {q} rows after {start} positions takes a mask [..., {q}, {start + q}], "
+                         f"got {tuple(attention_mask.shape)}")
+    return attention_mask.to(dtype).contiguous()
 
 
-def causal_mask(start: int, q: int, length: int, dtype: torch.dtype, device=None) -> torch.Tensor:
-    """[1, 1, q, length]: row i (position start + i) sees positions 0..start+i. Read-only: for buffers of up
-    to TEMPLATE_MAX positions, rows of one mask kept per length (a view; building it costs 4-5 small ops,
-    every pass of the target and the head)."""
-    if start + q > length:
-        raise ValueError(f"a pass of {q} rows after {start} positions does not fit buffers of {length}")
-    if length <= TEMPLATE_MAX:
-        return _causal_template(length, dtype, torch.device(device or "cpu"))[start:start + q][None, None]
-    return _causal_rows(start, q, length, dtype, device)
+def causal_mask(start: int, q: int, dtype: torch.dtype,
+                device=None) -> torch.Tensor:  # -> [1, 1, q, start + q]
+    """Row i (position start + i) sees positions 0..start+i: every cached position, then a triangle among the
+    new rows. One operation on a kept triangle (building it afresh costs 4-5 small ones, every pass of the
+    target and the head)."""
+    return F.pad(_triangle(q, dtype, torch.device(device or "cpu")), (start, 0))  # zeros: seen
 
 
-TEMPLATE_MAX = 2048  # the longest buffer whose whole causal mask causal_mask keeps (8 MB in bfloat16)
+@functools.lru_cache(maxsize=64)
+def _triangle(q: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:  # [1, 1, q, q]
+    rows = torch.arange(q, device=device)
+    return additive_mask(rows[None] <= rows[:, None], dtype)[None, None]
 
 
-@functools.lru_cache(maxsize=4)
-def _causal_template(length: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:  # [L, L]
-    return _causal_rows(0, length, length, dtype, device)[0, 0]
+def compiled_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
+                       is_causal=None, **kwargs):  # query [b, H, q, d], key and value [b, H_kv, L, d]
+    """Attention inside a compiled pass: over the positions the mask covers only, each key head read once.
+
+    Hugging Face's attention takes the whole KV buffers, L positions however few are in use, and copies each
+    of the H_kv key and value heads H / H_kv times (`repeat_kv`) for every pass of more than one row: in a
+    package, every layer of every pass wrote nine heads' worth of the whole buffers. Here the keys and values
+    are cut to the mask's width (the positions in use), and the g = H / H_kv query heads that share a key head
+    are stacked as the rows of one (g * q rows, the mask repeated for each), so that attention reads each key
+    head once and copies none (query head h uses key head h // g, as `repeat_kv` has it). A 2-row pass of the
+    offline target after 240 tokens, on 2 cores of an AMD EPYC Zen 4: 12.0 ms with HF's attention over buffers
+    of 512, 9.6 with SDPA's own grouping (`enable_gqa`) over the positions in use, 9.2 stacked like this
+    (book/measurement_log.md, eleventh session)."""
+    if dropout:
+        raise ValueError("a compiled pass is for inference: no dropout")
+    n = attention_mask.shape[-1]
+    key, value = key[:, :, :n], value[:, :, :n]  # [b, H_kv, n, d]
+    b, H, q, d = query.shape
+    kv_heads = key.shape[1]
+    g = H // kv_heads
+    # [b, H, q, d] -> [b, H_kv, g * q, d]: row j * q + i is query head kv * g + j, row i
+    stacked = query.transpose(1, 2).unflatten(2, (kv_heads, g)).permute(0, 2, 3, 1, 4)  # [b, H_kv, g, q, d]
+    stacked = stacked.contiguous().flatten(2, 3)
+    mask = attention_mask.expand(b, 1, g, q, n).flatten(2, 3)  # [b, 1, g * q, n]
+    out = F.scaled_dot_product_attention(stacked, key, value, attn_mask=mask, scale=scaling)
+    return out.unflatten(2, (g, q)).flatten(1, 2).transpose(1, 2).contiguous(), None  # [b, q, H, d], as HF's
 
 
-def _causal_rows(start: int, q: int, length: int, dtype: torch.dtype, device=None) -> torch.Tensor:
-    rows = torch.arange(start, start + q, device=device)[:, None]  # [q, 1] the rows' positions
-    allowed = torch.arange(length, device=device)[None] <= rows  # [q, length]
-    return additive_mask(allowed, dtype)[None, None]
+COMPILED_ATTENTION = "specdec_compiled_attention"
+AttentionInterface.register(COMPILED_ATTENTION, compiled_attention)
+AttentionMaskInterface.register(COMPILED_ATTENTION, sdpa_mask)  # masks come ready-made; never built here
+
+
+@contextmanager
+def exporting_attention(model: nn.Module):
+    """While a pass is exported: every Hugging Face model inside `model` attends by `compiled_attention`;
+    afterwards each gets its own implementation back."""
+    saved = [(m, m.config._attn_implementation) for m in model.modules()
+             if hasattr(m, "set_attn_implementation") and hasattr(m, "config")]
+    try:
+        for m, _ in saved:
+            m.set_attn_implementation(COMPILED_ATTENTION)
+        yield
+    finally:
+        for m, name in saved:
+            m.set_attn_implementation(name)
 
 
 def fingerprint(model) -> str:
@@ -209,16 +252,19 @@ def build(model, path: Path | None = None, *, options: dict | None = None, verbo
     if problem is not None:
         raise ValueError(f"cannot compile this model's pass: {problem}")
     inputs = example_inputs(model)
-    q, length = _dims()
-    shapes = ({1: q}, {1: q}, None, {2: q, 3: length}, tuple({2: length} for _ in range(len(inputs) - 4)))
-    return _compile(KVStep(model).eval(), inputs, shapes, Path(path or package_path(model)), options,
-                    "the target's pass" if verbose else "")
+    q, length, end = _dims()
+    shapes = ({1: q}, {1: q}, None, {2: q, 3: end}, tuple({2: length} for _ in range(len(inputs) - 4)))
+    with exporting_attention(model):
+        return _compile(KVStep(model).eval(), inputs, shapes, Path(path or package_path(model)), options,
+                        "the target's pass" if verbose else "")
 
 
 def _dims():
-    """The dynamic dimensions of every package: rows q (1..MAX_QUERY) and buffer length (BLOCK multiples)."""
+    """The dynamic dimensions of every package: rows q (1..MAX_QUERY), buffer length (BLOCK multiples) and the
+    mask's width (the positions in use after the pass)."""
     return (torch.export.Dim("q", min=1, max=MAX_QUERY),
-            BLOCK * torch.export.Dim("blocks", min=1, max=MAX_BLOCKS))
+            BLOCK * torch.export.Dim("blocks", min=1, max=MAX_BLOCKS),
+            torch.export.Dim("end", min=1, max=MAX_BLOCKS * BLOCK))
 
 
 def _compile(step: nn.Module, inputs: tuple, shapes: tuple, path: Path, options: dict | None,
@@ -358,9 +404,10 @@ class CompiledCachedModel(CachedModel):
     """A CachedModel whose passes run through the compiled package, on KV buffers it owns.
 
     The buffers hold a multiple of BLOCK positions and grow by copying when a pass would run past them (once
-    per 256 tokens). Rolling back moves the write position only: rows past it are masked out and overwritten
-    by the next pass. Every pass gets an explicit mask as wide as the buffers: causal by default, or a tree
-    pass's mask padded with "never". A pass of more than MAX_QUERY rows (a long prompt) runs in pieces.
+    per 256 tokens). Rolling back moves the write position only: rows past it are never read (a pass's
+    mask, and so its attention, ends at the pass's last row) and are overwritten by the next pass. Every pass
+    gets an explicit mask: causal by default, or a tree pass's own. A pass of more than MAX_QUERY rows (a long
+    prompt) runs in pieces.
     """
 
     def __init__(self, model, runner, keep_hidden: bool | tuple[int, ...] = False, name: str = "model", *,
@@ -400,9 +447,8 @@ class CompiledCachedModel(CachedModel):
         if padded:  # the token before again, with it: 2 rows cost less than 1 here (pads_single_rows)
             new, start, q = context_ids[start - 1:start + 1], start - 1, 2
         self._make_room(start + q)
-        L = self.capacity
         positions = torch.arange(start, start + q, device=self.device) if causal else position_ids
-        mask = pass_mask(start, q, L, self.dtype, self.device, None if causal else attention_mask)
+        mask = pass_mask(start, q, self.dtype, self.device, None if causal else attention_mask)
         logits, hidden, best, sums = self.runner(new[None], positions[None],
                                                  torch.tensor(start, device=self.device), mask, *self.kv)
         if padded:  # the new token's row only

@@ -17,11 +17,12 @@ from torch import nn
 from transformers import StaticCache
 
 from ..cache import cache_kwargs
-from .aot import (BLOCK, MAX_QUERY, _compile, _dims, causal_mask, kv_buffers, kv_shape, load_package,
-                  package_path, pass_mask, room_for, switched_on)
+from .aot import (BLOCK, MAX_QUERY, _compile, _dims, causal_mask, exporting_attention, kv_buffers, kv_shape,
+                  load_package, package_path, pass_mask, room_for, switched_on)
 
-# the head packages' inputs, outputs and kernels (2: the greedy tokens; 3: `bf16_gemm`); a change rebuilds
-HEAD_FORMAT = "head-3"
+# the head packages' inputs, outputs and kernels (2: the greedy tokens; 3: `bf16_gemm`; 4: masks as wide as
+# the positions in use, `aot.compiled_attention`); a change rebuilds
+HEAD_FORMAT = "head-4"
 
 
 def head_package_path(head) -> Path:
@@ -33,7 +34,7 @@ def head_package_path(head) -> Path:
 class HeadStep(nn.Module):
     """One cached pass of a `FeatureHead`'s fc and decoder layers, for torch.export:
 
-        (embeds [1, q, d], features [1, q, d], positions [1, q], write [] long, mask [1, 1, q, L],
+        (embeds [1, q, d], features [1, q, d], positions [1, q], write [] long, mask [1, 1, q, write + q],
          k_0, v_0, ...) -> (the head's output features [q, d], their logits over its own vocabulary [q, K],
                             each row's greedy token [q], a vocabulary id)
 
@@ -87,7 +88,7 @@ def head_example_inputs(head, q: int = 3, length: int = 2 * BLOCK, start: int = 
     embeds, features = (torch.randn(1, q, d, dtype=dtype, device=device) for _ in range(2))
     return (embeds, features, torch.arange(start, start + q, device=device)[None],
             torch.tensor(start, device=device),
-            causal_mask(start, q, length, dtype, device), *kv)
+            causal_mask(start, q, dtype, device), *kv)
 
 
 def build_head(head, path: Path | None = None, *, options: dict | None = None, verbose: bool = True) -> Path:
@@ -96,11 +97,12 @@ def build_head(head, path: Path | None = None, *, options: dict | None = None, v
     if problem is not None:
         raise ValueError(f"cannot compile this head's pass: {problem}")
     inputs = head_example_inputs(head)
-    q, length = _dims()
-    shapes = ({1: q}, {1: q}, {1: q}, None, {2: q, 3: length},
+    q, length, end = _dims()
+    shapes = ({1: q}, {1: q}, {1: q}, None, {2: q, 3: end},
               tuple({2: length} for _ in range(len(inputs) - 5)))
-    return _compile(HeadStep(head).eval(), inputs, shapes, Path(path or head_package_path(head)), options,
-                    "the feature head's pass" if verbose else "")
+    with exporting_attention(head):
+        return _compile(HeadStep(head).eval(), inputs, shapes, Path(path or head_package_path(head)), options,
+                        "the feature head's pass" if verbose else "")
 
 
 class HeadKV:
@@ -214,10 +216,9 @@ class CompiledHead(nn.Module):
                               for i in range(0, q, MAX_QUERY)], dim=1)
         start, dtype = cache.length, self.inner.fc.weight.dtype
         cache.make_room(start + q)
-        L = cache.capacity
         positions = (torch.arange(start, start + q, device=hidden.device)[None] if position_ids is None
                      else position_ids)
-        mask = pass_mask(start, q, L, dtype, hidden.device, None if position_ids is None else attention_mask)
+        mask = pass_mask(start, q, dtype, hidden.device, None if position_ids is None else attention_mask)
         out, logits, tokens = self.runner(self.inner.embed(next_tokens), hidden.to(dtype), positions,
                                           torch.tensor(start, device=hidden.device), mask, *cache.kv)
         self.__dict__["_last"] = LastPass(out, logits, tokens)

@@ -15,10 +15,12 @@ from ..sampling import SamplingConfig, logits_to_probs
 
 
 def tiny_llama(vocab_size: int = 6, seed: int = 0, n_layers: int = 1, hidden: int = 16,
-               dtype: torch.dtype = torch.float64, max_positions: int = 64, logit_scale: float = 1.0):
-    """A random Llama small enough to enumerate; logit_scale sharpens its distributions."""
+               dtype: torch.dtype = torch.float64, max_positions: int = 64, logit_scale: float = 1.0,
+               kv_heads: int = 2):
+    """A random Llama small enough to enumerate, with 2 query heads on kv_heads key heads (1: both query heads
+    share one, as SmolLM2's nine share three); logit_scale sharpens its distributions."""
     config = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
-                         num_hidden_layers=n_layers, num_attention_heads=2, num_key_value_heads=2,
+                         num_hidden_layers=n_layers, num_attention_heads=2, num_key_value_heads=kv_heads,
                          max_position_embeddings=max_positions, tie_word_embeddings=False,
                          bos_token_id=None, eos_token_id=None, pad_token_id=None)
     torch.manual_seed(seed)  # model construction only; sampling always takes an explicit generator
