@@ -18,9 +18,8 @@ import statistics
 import time
 
 import torch
-import torch.nn.functional as F
 
-from specdec_ref.models import aot
+from specdec_ref.models import aot, aot_use
 from specdec_ref.models.loading import default_dtype, load_offline_target
 
 KS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)
@@ -38,22 +37,15 @@ torch.set_num_threads(args.threads)
 model, _ = load_offline_target("cpu", default_dtype(torch.device("cpu")), prepack=False)
 
 
-def widened(runner):
-    """A FORMAT 5 package's runner, called with today's masks (as wide as the positions in use)."""
-    def run(ids, positions, write, mask, *kv):
-        never = torch.finfo(mask.dtype).min
-        wide = F.pad(mask, (0, kv[0].shape[2] - mask.shape[-1]), value=never)
-        return runner(ids, positions, write, wide, *kv)
-    return run
-
-
 lms = {}
 for item in args.packages:
     name, _, path = item.partition("=")
     if not path:
         p.error(f"give each package as NAME=PATH, got {item!r}")
     runner = aot.load_package(path)
-    lms[name] = aot.CompiledPass(model, widened(runner) if name in args.wide else runner, path).lm(name=name)
+    if name in args.wide:
+        runner = aot_use.wide_mask_runner(runner)
+    lms[name] = aot.CompiledPass(model, runner, path).lm(name=name)
 CONTEXT = args.context
 g = torch.Generator().manual_seed(0)
 ids = torch.randint(0, model.config.vocab_size, (max(CONTEXT + max(KS), args.buffer),), generator=g)

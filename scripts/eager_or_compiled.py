@@ -5,6 +5,7 @@ head compiled in all of them.
     python scripts/eager_or_compiled.py [--threads 2] [--prompts 8] [--tokens 64] [--temperature 0]
     python scripts/eager_or_compiled.py --package micro-gemm=A.pt2 --package onednn=B.pt2 \
         --methods 1,2/2/4,3/3/8
+    python scripts/eager_or_compiled.py --package old=OLD.pt2 --wide old --package new=NEW.pt2 --methods 2/2/3
 
 Plain decoding and each method (chains γ, trees depth/width/nodes) through each path, paths and methods
 interleaved prompt by prompt (`lab.bench.run_interleaved`) on held-out chat prompts
@@ -28,6 +29,8 @@ p.add_argument("--methods", default="1,2,1/2/2,2/2/4,3/3/8,4/4/12",
                help="chains (γ) and trees (depth/width/nodes), comma-separated")
 p.add_argument("--package", action="append", default=[], help="NAME=PATH of a package (repeatable); "
                "default: this machine's")
+p.add_argument("--wide", action="append", default=[], metavar="NAME",
+               help="a package of FORMAT 5 or older (masks as wide as its buffers)")
 args = p.parse_args()
 torch.set_num_threads(args.threads)
 os.environ.setdefault("SPECDEC_CALIBRATE", "0")  # the methods are given below
@@ -45,6 +48,8 @@ for item in args.package:
     if not path:
         p.error(f"give each package as NAME=PATH, got {item!r}")
     runner = aot.load_package(path)
+    if name in args.wide:
+        runner = aot_use.wide_mask_runner(runner)
     use = aot_use.first_load(target, lambda r=runner: aot.CompiledCachedModel(target, r), Path(path))
     paths[name] = aot.CompiledPass(target, runner, Path(path), use.pad_single)
 if not paths:

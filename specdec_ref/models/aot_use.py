@@ -97,3 +97,13 @@ def first_load(model, compiled: Callable[[], CachedModel], path: Path) -> Use:
                   "uses the compiled pass anyway)", file=sys.stderr)
     forced = os.environ.get("SPECDEC_AOT_PAD")
     return use._replace(pad_single=forced == "1") if forced in ("0", "1") else use
+
+
+def wide_mask_runner(runner: Callable) -> Callable:
+    """A package of `aot.FORMAT` 5 or older, whose masks were as wide as its KV buffers, called with today's
+    masks (as wide as the positions in use), padded with "never": for scripts that time an older package
+    beside today's (`scripts/compare_packages.py --wide`)."""
+    def run(ids, positions, write, mask, *kv):
+        pad, never = kv[0].shape[2] - mask.shape[-1], torch.finfo(mask.dtype).min
+        return runner(ids, positions, write, torch.nn.functional.pad(mask, (0, pad), value=never), *kv)
+    return run
