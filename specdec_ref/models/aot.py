@@ -148,10 +148,10 @@ def compiled_attention(module, query, key, value, attention_mask, dropout: float
     package, every layer of every pass wrote nine heads' worth of the whole buffers. Here the keys and values
     are cut to the mask's width (the positions in use), and the g = H / H_kv query heads that share a key head
     are stacked as the rows of one (g * q rows, the mask repeated for each), so that attention reads each key
-    head once and copies none (query head h uses key head h // g, as `repeat_kv` has it). A 2-row pass of the
-    offline target after 240 tokens, on 2 cores of an AMD EPYC Zen 4: 12.0 ms with HF's attention over buffers
-    of 512, 9.6 with SDPA's own grouping (`enable_gqa`) over the positions in use, 9.2 stacked like this
-    (book/measurement_log.md, eleventh session)."""
+    head once and copies none (query head h uses key head h // g, as `repeat_kv` has it). The offline target
+    after 240 tokens, in buffers of 512 positions, on 2 cores of an AMD EPYC Zen 4: one new row 17.7 ms
+    before, 8.5 now; two rows 11.7 and 8.9 (`scripts/compare_packages.py --wide`; book/measurement_log.md,
+    eleventh session, which also times SDPA's own grouping, `enable_gqa`: between the two)."""
     if dropout:
         raise ValueError("a compiled pass is for inference: no dropout")
     n = attention_mask.shape[-1]
