@@ -14,6 +14,7 @@ for these weights could gain. --wide NAME: that package is of a format
 before 6 (`aot.FORMAT`), whose masks are as wide as the buffers: its masks are padded with "never".
 """
 import argparse
+import os
 import statistics
 import time
 
@@ -24,6 +25,7 @@ from specdec_ref.models.loading import default_dtype, load_offline_target
 
 KS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)
 
+os.environ.setdefault("AOTI_RUNTIME_CHECK_INPUTS", "1")  # a package of another format: refused, never misread
 p = argparse.ArgumentParser()
 p.add_argument("packages", nargs="+", help="NAME=PATH of each package")
 p.add_argument("--threads", type=int, default=2)
@@ -50,7 +52,7 @@ CONTEXT = args.context
 g = torch.Generator().manual_seed(0)
 ids = torch.randint(0, model.config.vocab_size, (max(CONTEXT + max(KS), args.buffer),), generator=g)
 times = {(name, k): [] for name in lms for k in KS}
-n_bytes = sum(p.numel() * p.element_size() for p in model.parameters())  # the tied output layer once
+n_bytes = sum(w.numel() * w.element_size() for w in model.parameters())  # the tied output layer once
 weights_sized = torch.ones(n_bytes // 2, dtype=torch.bfloat16)
 reads = []
 with torch.inference_mode():

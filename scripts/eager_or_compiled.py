@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+os.environ.setdefault("AOTI_RUNTIME_CHECK_INPUTS", "1")  # a package of another format: refused, never misread
 p = argparse.ArgumentParser()
 p.add_argument("--threads", type=int, default=2)
 p.add_argument("--prompts", type=int, default=8)

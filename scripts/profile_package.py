@@ -10,6 +10,7 @@ time (the profiler's own cost included: compare shares, not totals). --wide: a p
 older (masks as wide as its buffers).
 """
 import argparse
+import os
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -17,6 +18,7 @@ from torch.profiler import ProfilerActivity, profile
 from specdec_ref.models import aot, aot_use
 from specdec_ref.models.loading import default_dtype, load_offline_target
 
+os.environ.setdefault("AOTI_RUNTIME_CHECK_INPUTS", "1")  # a package of another format: refused, never misread
 p = argparse.ArgumentParser()
 p.add_argument("package")
 p.add_argument("--rows", type=int, default=2)

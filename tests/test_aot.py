@@ -191,8 +191,9 @@ def test_pass_masks_cover_the_positions_in_use_and_causal_ones_equal_masks_built
         assert torch.equal(aot.pass_mask(start, q, torch.bfloat16), mask)
     tree = torch.zeros(1, 1, 3, 12)
     assert aot.pass_mask(9, 3, torch.bfloat16, attention_mask=tree).dtype == torch.bfloat16
-    with pytest.raises(ValueError, match=r"takes a mask \[..., 3, 12\]"):  # as wide as the buffers: refused
-        aot.pass_mask(9, 3, torch.float32, attention_mask=torch.zeros(1, 1, 3, 256))
+    for wrong in (torch.zeros(1, 1, 3, 256), torch.zeros(3, 12), torch.zeros(2, 1, 3, 12)):  # as wide as the
+        with pytest.raises(ValueError, match=r"takes a mask \[1, 1, 3, 12\]"):  # buffers, or another shape
+            aot.pass_mask(9, 3, torch.float32, attention_mask=wrong)
 
 
 @pytest.mark.parametrize("heads, kv_heads", [(9, 3), (8, 2), (4, 4)])
@@ -211,13 +212,36 @@ def test_compiled_attention_equals_hugging_faces_over_the_whole_buffers(heads, k
     mask = aot.causal_mask(start, q, torch.float32)
     mask[..., 5] = torch.finfo(torch.float32).min  # a tree pass's mask hides some cached positions
     wide = torch.nn.functional.pad(mask, (0, L - start - q), value=torch.finfo(torch.float32).min)
-    want, _ = sdpa_attention_forward(Layer(), query, key, value, wide, scaling=0.25)
-    got, _ = aot.compiled_attention(Layer(), query, key, value, mask, scaling=0.25)
+    want, _ = sdpa_attention_forward(Layer(), query, key, value, wide, scaling=0.3)  # not SDPA's default
+    got, _ = aot.compiled_attention(Layer(), query, key, value, mask, scaling=0.3)
     assert got.shape == want.shape == (1, q, heads, d) and torch.allclose(got, want, atol=1e-5)
-    if kv_heads < heads:  # power: the query heads in the order a mapping h -> h % H_kv would read them
-        wrong = query.view(1, heads // kv_heads, kv_heads, q, d).transpose(1, 2).reshape(1, heads, q, d)
-        bad, _ = aot.compiled_attention(Layer(), wrong, key, value, mask, scaling=0.25)
-        assert not torch.allclose(bad, want, atol=1e-3)
+    # power: these inputs tell the right pairing of heads (h -> h // g) from a wrong one (h -> h % H_kv, key
+    # heads tiled instead of repeated), the mask's width from the buffers' (stale rows past it: not masked),
+    # and the scale from SDPA's default
+    g_ = heads // kv_heads
+    others = {"h % H_kv": (key.repeat(1, g_, 1, 1), value.repeat(1, g_, 1, 1), wide, 0.3),
+              "rows past the mask seen": (key.repeat_interleave(g_, 1), value.repeat_interleave(g_, 1),
+                                          torch.nn.functional.pad(mask, (0, L - start - q)), 0.3),
+              "default scale": (key.repeat_interleave(g_, 1), value.repeat_interleave(g_, 1), wide, None)}
+    for name, (k, v, m, scale) in others.items():
+        if name == "h % H_kv" and g_ in (1, heads):
+            continue  # one key head per query head, or one for all: both pairings are the same
+        other = torch.nn.functional.scaled_dot_product_attention(query, k, v, attn_mask=m, scale=scale)
+        assert not torch.allclose(other.transpose(1, 2), want, atol=1e-3), name
+
+
+@torch.inference_mode()
+def test_a_compiled_pass_never_reads_the_buffers_past_its_positions(attached):
+    """Rows past the write position (after a rollback, or never written) are left in the buffers: filled with
+    NaN, they change nothing, because a pass's attention ends at its last row."""
+    lm, ref = cached_model(attached, cache="auto"), CachedModel(attached)
+    ids = torch.randint(0, 40, (200,), generator=torch.Generator().manual_seed(3))
+    for model in (lm, ref):
+        model.logits(ids[:150])
+        model.rollback(100)
+    for buf in lm.kv:
+        buf[:, :, 100:] = float("nan")
+    assert torch.allclose(lm.logits(ids[:104], keep=4), ref.logits(ids[:104], keep=4), atol=1e-4)
 
 
 def test_attach_only_with_a_package_for_these_weights_and_never_when_switched_off(built, monkeypatch):

@@ -119,17 +119,16 @@ def pass_mask(start: int, q: int, dtype: torch.dtype, device=None,
     be as wide (start + q positions: attention inside a package reads no further)."""
     if attention_mask is None:
         return causal_mask(start, q, dtype, device)
-    if tuple(attention_mask.shape[-2:]) != (q, start + q):
-        raise ValueError(f"a pass of {q} rows after {start} positions takes a mask [..., {q}, {start + q}], "
+    if tuple(attention_mask.shape) != (1, 1, q, start + q):
+        raise ValueError(f"a pass of {q} rows after {start} positions takes a mask [1, 1, {q}, {start + q}], "
                          f"got {tuple(attention_mask.shape)}")
     return attention_mask.to(dtype).contiguous()
 
 
 def causal_mask(start: int, q: int, dtype: torch.dtype,
                 device=None) -> torch.Tensor:  # -> [1, 1, q, start + q]
-    """Row i (position start + i) sees positions 0..start+i: every cached position, then a triangle among the
-    new rows. One operation on a kept triangle (building it afresh costs 4-5 small ones, every pass of the
-    target and the head)."""
+    """Row i (position start + i) sees positions 0..start+i: every cached one, then a triangle among the new
+    rows. One operation on a kept triangle (built afresh: 4-5 small ones, every pass of target and head)."""
     return F.pad(_triangle(q, dtype, torch.device(device or "cpu")), (start, 0))  # zeros: seen
 
 
@@ -143,17 +142,20 @@ def compiled_attention(module, query, key, value, attention_mask, dropout: float
                        is_causal=None, **kwargs):  # query [b, H, q, d], key and value [b, H_kv, L, d]
     """Attention inside a compiled pass: over the positions the mask covers only, each key head read once.
 
-    Hugging Face's attention takes the whole KV buffers, L positions however few are in use, and copies each
-    of the H_kv key and value heads H / H_kv times (`repeat_kv`) for every pass of more than one row: in a
-    package, every layer of every pass wrote nine heads' worth of the whole buffers. Here the keys and values
-    are cut to the mask's width (the positions in use), and the g = H / H_kv query heads that share a key head
-    are stacked as the rows of one (g * q rows, the mask repeated for each), so that attention reads each key
-    head once and copies none (query head h uses key head h // g, as `repeat_kv` has it). The offline target
-    after 240 tokens, in buffers of 512 positions, on 2 cores of an AMD EPYC Zen 4: one new row 17.7 ms
-    before, 8.5 now; two rows 11.7 and 8.9 (`scripts/compare_packages.py --wide`; book/measurement_log.md,
-    eleventh session, which also times SDPA's own grouping, `enable_gqa`: between the two)."""
-    if dropout:
-        raise ValueError("a compiled pass is for inference: no dropout")
+    Hugging Face's attention takes the whole KV buffers, L positions however few are in use, and in a package
+    it copied each of the H_kv key and value heads H / H_kv times (`repeat_kv`) on every pass: every layer
+    wrote nine heads' worth of the whole buffers. Here the keys and values are cut to the mask's width (the
+    positions in use), and the g = H / H_kv query heads that share a key head are stacked as the rows of one
+    (g * q rows, the mask repeated for each; Hugging Face does the same for one row without a mask), so
+    attention reads each key head once and copies no key or value head (query head h uses key head h // g, as
+    `repeat_kv` has it). After 240 tokens in buffers of 512, one new row of the offline target took 17.7 ms
+    before and 8.5 now on 2 cores of an AMD EPYC Zen 4 (`scripts/compare_packages.py --wide`; the log's 11th
+    session, which also times SDPA's own grouping, `enable_gqa`)."""
+    unsupported = [k for k in ("softcap", "sliding_window", "s_aux", "position_bias")
+                   if kwargs.get(k) is not None]
+    if dropout or attention_mask is None or unsupported:
+        raise ValueError(f"a compiled pass attends without dropout, over an explicit mask, and without "
+                         f"{unsupported or 'softcap, sliding windows, sinks or position biases'}")
     n = attention_mask.shape[-1]
     key, value = key[:, :, :n], value[:, :, :n]  # [b, H_kv, n, d]
     b, H, q, d = query.shape
@@ -162,7 +164,7 @@ def compiled_attention(module, query, key, value, attention_mask, dropout: float
     # [b, H, q, d] -> [b, H_kv, g * q, d]: row j * q + i is query head kv * g + j, row i
     stacked = query.transpose(1, 2).unflatten(2, (kv_heads, g)).permute(0, 2, 3, 1, 4)  # [b, H_kv, g, q, d]
     stacked = stacked.contiguous().flatten(2, 3)
-    mask = attention_mask.expand(b, 1, g, q, n).flatten(2, 3)  # [b, 1, g * q, n]
+    mask = attention_mask[:, :, None].expand(-1, -1, g, -1, -1).flatten(2, 3)  # [b, 1, g * q, n]
     out = F.scaled_dot_product_attention(stacked, key, value, attn_mask=mask, scale=scaling)
     return out.unflatten(2, (g, q)).flatten(1, 2).transpose(1, 2).contiguous(), None  # [b, q, H, d], as HF's
 
@@ -174,8 +176,8 @@ AttentionMaskInterface.register(COMPILED_ATTENTION, sdpa_mask)  # masks come rea
 
 @contextmanager
 def exporting_attention(model: nn.Module):
-    """While a pass is exported: every Hugging Face model inside `model` attends by `compiled_attention`;
-    afterwards each gets its own implementation back."""
+    """While a pass is exported and compiled: every Hugging Face model inside `model` attends by
+    `compiled_attention`; afterwards each gets its own implementation back."""
     saved = [(m, m.config._attn_implementation) for m in model.modules()
              if hasattr(m, "set_attn_implementation") and hasattr(m, "config")]
     try:

@@ -5,9 +5,9 @@ package as a 1-row pass, as a 2-row pass, and through the eager model, round by 
 
 * **Does one new token run as a 2-row pass?** A package can cost more for one row than for two: on a 2-core
   AMD EPYC Zen 4 (AVX512-BF16) a pass of the offline target cost 16.9 ms for 1 row and 13.4 ms for 2 after
-  128 tokens (23.2 and 16.6 after 400; book/measurement_log.md). Most of that was the one-row attention over
-  the whole KV buffers, which packages since `aot.FORMAT` 6 no longer do (`aot.compiled_attention`): there
-  the two cost the same on that machine (9.22 and 9.24 ms on the first load), and one row runs as one. Where
+  128 tokens (23.2 and 16.6 after 400; book/measurement_log.md). Those packages attended over the whole KV
+  buffers; since `aot.FORMAT` 6 they attend over the positions in use (`aot.compiled_attention`), and on that
+  machine one row and two cost the same (9.22 and 9.24 ms on the first load), so one row runs as one. Where
   one row costs more, plain decoding scores the token before again with the new one (its keys and values are
   written again, the same up to rounding). SPECDEC_AOT_PAD=0 or 1 decides instead.
 * **Is the package faster than the eager model at all?** On that Zen 4 it decoded 2.3 times as fast as the
