@@ -40,6 +40,10 @@ def logits_to_probs(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Ten
     """Apply temperature, then top-k, then top-p, and normalise."""
     if sampling.greedy:  # a one-hot distribution on the argmax (first index wins ties)
         return point_masses(argmax(logits), logits.shape[-1], logits.dtype)
+    if sampling.temperature == 1 and sampling.top_k is None and sampling.top_p in (None, 1):
+        # nothing to apply: softmax converts to float32 as it reads (the same numbers as converting first,
+        # one pass over the rows instead of two)
+        return logits.softmax(-1, dtype=_float_dtype(logits.dtype))
     logits = logits.to(_float_dtype(logits.dtype))
     if sampling.temperature != 1:  # dividing by 1 changes nothing: skip a pass over every row
         logits = logits / sampling.temperature
@@ -103,7 +107,7 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> tor
     u * total. (torch.multinomial gives the same distribution, but costs about 30 times as much on a
     50k-token vocabulary, several times per iteration of the loop.)
     """
-    cdf = probs.double().cumsum(-1)  # [V], float64 so that tiny probabilities keep their share
+    cdf = probs.cumsum(-1, dtype=torch.float64)  # [V], float64 so that tiny probabilities keep their share
     u = torch.rand(1, generator=generator, device=probs.device, dtype=torch.float64) * cdf[-1]  # [1]
     token = torch.searchsorted(cdf, u, right=True)  # [1]; the found token has p > 0 whenever u < total
     if int(token) == probs.shape[-1]:  # rounding put u at the total: take the last token with p > 0

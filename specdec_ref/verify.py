@@ -33,7 +33,7 @@ def accepted_mass(target_probs: torch.Tensor,
 def residual(target_probs: torch.Tensor,
              draft_probs: torch.Tensor) -> torch.Tensor:  # [..., V] x2 -> [..., V]
     """The mass the target wanted but the draft under-weighted: normalise(max(p_target - p_draft, 0))."""
-    r = (target_probs - draft_probs).clamp(min=0)
+    r = (target_probs - draft_probs).clamp_(min=0)
     total = r.sum(-1, keepdim=True)  # [..., 1]
     # total == 0 only when p_target == p_draft, and then a rejection has probability zero;
     # fall back to p_target so that rounding can never produce NaNs.

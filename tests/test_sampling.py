@@ -53,6 +53,16 @@ def test_float64_logits_stay_float64_and_half_logits_become_float32():
     assert logits_to_probs(torch.zeros(4, dtype=torch.float16), SamplingConfig()).dtype == torch.float32
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+def test_at_temperature_one_the_one_pass_softmax_gives_the_numbers_of_converting_first(dtype):
+    logits = (torch.randn(3, 500, generator=torch.Generator().manual_seed(0)) * 4).to(dtype)
+    want = logits.to(torch.promote_types(dtype, torch.float32)).softmax(-1)
+    for sampling in (SamplingConfig(1.0), SamplingConfig(1.0, top_p=1.0)):
+        got = logits_to_probs(logits, sampling)
+        assert got.dtype == want.dtype and torch.equal(got, want)
+    assert not torch.equal(logits_to_probs(logits, SamplingConfig(1.0, top_k=5)), want)  # filters still apply
+
+
 @pytest.mark.parametrize("kwargs,match", [
     ({"temperature": -0.1}, "temperature"), ({"top_k": 0}, "top_k"), ({"top_k": 2.5}, "top_k"),
     ({"top_p": 0.0}, "top_p"), ({"top_p": 1.5}, "top_p"), ({"top_p": -1}, "top_p")])
