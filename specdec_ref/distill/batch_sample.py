@@ -13,7 +13,6 @@ reference and the benchmark's other side; `scripts/bench_generator.py` measures 
 """
 from __future__ import annotations
 
-import contextlib
 
 import torch
 from transformers import AttentionInterface, DynamicCache
@@ -21,6 +20,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from ..cache import cache_kwargs
+from ..models.kernels import attention_implementation
 from ..sampling import SamplingConfig, logits_to_probs, sample
 
 
@@ -71,17 +71,6 @@ def one_token_attention(module, query, key, value, attention_mask, dropout: floa
 
 
 AttentionInterface.register("one_token", one_token_attention)
-
-
-@contextlib.contextmanager
-def attention_implementation(model, name: str):
-    """Run the block with model's attention set to `name`; restore the one it had."""
-    before = model.config._attn_implementation
-    model.set_attn_implementation(name)
-    try:
-        yield
-    finally:
-        model.set_attn_implementation(before)
 
 
 def prefill_slots(target, prompts: list[torch.Tensor], capacity: int) -> tuple[Cache, torch.Tensor]:

@@ -43,6 +43,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from ..cache import CachedModel, additive_mask, cache_kwargs
 from ..device import chip_name, package_version
 from . import aot_use, bf16_gemm
+from .kernels import attention_implementation
 
 BLOCK = 256  # KV buffers hold a multiple of this many positions
 MAX_QUERY = 64  # rows one compiled pass takes; a longer prefill runs in pieces
@@ -174,21 +175,6 @@ AttentionInterface.register(COMPILED_ATTENTION, compiled_attention)
 AttentionMaskInterface.register(COMPILED_ATTENTION, sdpa_mask)  # masks come ready-made; never built here
 
 
-@contextmanager
-def exporting_attention(model: nn.Module):
-    """While a pass is exported and compiled: every Hugging Face model inside `model` attends by
-    `compiled_attention`; afterwards each gets its own implementation back."""
-    saved = [(m, m.config._attn_implementation) for m in model.modules()
-             if hasattr(m, "set_attn_implementation") and hasattr(m, "config")]
-    try:
-        for m, _ in saved:
-            m.set_attn_implementation(COMPILED_ATTENTION)
-        yield
-    finally:
-        for m, name in saved:
-            m.set_attn_implementation(name)
-
-
 def fingerprint(model) -> str:
     """What a package's frozen weights depend on: the model's config (a feature head's: its body's), its dtype
     and a sample of every weight (first and last 64 values of each tensor, and its sum), hashed."""
@@ -256,7 +242,7 @@ def build(model, path: Path | None = None, *, options: dict | None = None, verbo
     inputs = example_inputs(model)
     q, length, end = _dims()
     shapes = ({1: q}, {1: q}, None, {2: q, 3: end}, tuple({2: length} for _ in range(len(inputs) - 4)))
-    with exporting_attention(model):
+    with attention_implementation(model, COMPILED_ATTENTION):  # while exported and compiled
         return _compile(KVStep(model).eval(), inputs, shapes, Path(path or package_path(model)), options,
                         "the target's pass" if verbose else "")
 

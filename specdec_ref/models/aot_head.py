@@ -17,8 +17,9 @@ from torch import nn
 from transformers import StaticCache
 
 from ..cache import cache_kwargs
-from .aot import (BLOCK, MAX_QUERY, _compile, _dims, causal_mask, exporting_attention, kv_buffers, kv_shape,
+from .aot import (BLOCK, COMPILED_ATTENTION, MAX_QUERY, _compile, _dims, causal_mask, kv_buffers, kv_shape,
                   load_package, package_path, pass_mask, room_for, switched_on)
+from .kernels import attention_implementation
 
 # the head packages' inputs, outputs and kernels (2: the greedy tokens; 3: `bf16_gemm`; 4: masks as wide as
 # the positions in use, `aot.compiled_attention`); a change rebuilds
@@ -100,7 +101,7 @@ def build_head(head, path: Path | None = None, *, options: dict | None = None, v
     q, length, end = _dims()
     shapes = ({1: q}, {1: q}, {1: q}, None, {2: q, 3: end},
               tuple({2: length} for _ in range(len(inputs) - 5)))
-    with exporting_attention(head):
+    with attention_implementation(head, COMPILED_ATTENTION):  # while exported and compiled
         return _compile(HeadStep(head).eval(), inputs, shapes, Path(path or head_package_path(head)), options,
                         "the feature head's pass" if verbose else "")
 

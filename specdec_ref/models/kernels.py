@@ -281,6 +281,21 @@ AttentionInterface.register(GROUPED, grouped_attention)
 AttentionMaskInterface.register(GROUPED, sdpa_mask)  # the same masks as "sdpa"
 
 
+@contextlib.contextmanager
+def attention_implementation(model: nn.Module, name: str):
+    """Run the block with every Hugging Face model inside `model` (itself, or a head's body) attending by
+    `name`; afterwards each gets back the implementation it had."""
+    saved = [(m, m.config._attn_implementation) for m in model.modules()
+             if hasattr(m, "set_attn_implementation") and hasattr(m, "config")]
+    try:
+        for m, _ in saved:
+            m.set_attn_implementation(name)
+        yield
+    finally:
+        for m, before in saved:
+            m.set_attn_implementation(before)
+
+
 def group_attention_for_cpu(model: nn.Module) -> nn.Module:
     """Every Hugging Face model in a CPU model (itself, or a drafter's body) that runs SDPA over grouped key
     heads gets `grouped_attention`; return the model."""
