@@ -76,10 +76,11 @@ def test_one_new_token_as_a_padded_pass_gives_the_eager_logits_hidden_states_and
     calls = []
     real = lm.runner
     lm.runner = lambda *a: calls.append(a[0].shape[1]) or real(*a)  # the rows of every pass
-    ids = torch.randint(0, 40, (300,), generator=torch.Generator().manual_seed(2))
+    ids = torch.randint(0, 40, (600,), generator=torch.Generator().manual_seed(2))
     # single steps (padded), one across a buffer's end (growth), after a rollback, and a pass of 3 (not)
-    for end, keep, rows in ((20, None, 20), (21, None, 2), (22, 1, 2), (256, 1, 42), (257, 1, 2),
-                            (260, 3, 3), (261, 1, 2)):
+    end_ = aot.MIN_BLOCKS * aot.BLOCK  # the first buffers' end
+    for end, keep, rows in ((20, None, 20), (21, None, 2), (22, 1, 2), (end_, 1, (end_ - 22) % 64),
+                            (end_ + 1, 1, 2), (end_ + 4, 3, 3), (end_ + 5, 1, 2)):
         a, b = lm.logits(ids[:end], keep=keep), ref.logits(ids[:end], keep=keep)
         assert calls[-1] == rows and a.shape == b.shape and torch.allclose(a, b, atol=1e-4)
         if rows == 2:  # the padded pass's argmax is the new row's
@@ -88,7 +89,7 @@ def test_one_new_token_as_a_padded_pass_gives_the_eager_logits_hidden_states_and
     lm.rollback(100)
     ref.rollback(100)
     assert torch.allclose(lm.logits(ids[:101], keep=1), ref.logits(ids[:101], keep=1), atol=1e-4)
-    assert calls[-1] == 2 and lm.capacity == 2 * aot.BLOCK
+    assert calls[-1] == 2 and lm.capacity == (aot.MIN_BLOCKS + 1) * aot.BLOCK
     tree = aot.pass_mask(101, 1, torch.float32)  # a masked pass of one row is never padded
     lm.logits(ids[:102], keep=1, position_ids=torch.arange(101, 102), attention_mask=tree)
     assert calls[-1] == 1
@@ -244,6 +245,30 @@ def test_a_compiled_pass_never_reads_the_buffers_past_its_positions(attached):
     assert torch.allclose(lm.logits(ids[:104], keep=4), ref.logits(ids[:104], keep=4), atol=1e-4)
 
 
+@torch.inference_mode()
+def test_the_buffers_a_compiled_pass_gets_are_within_the_shapes_it_was_compiled_for(built, monkeypatch):
+    """torch.export leaves a dynamic size no range that includes 1, so a package takes buffers of MIN_BLOCKS
+    blocks or more; with input checks on (read when a package loads) it refuses one block, which the buffers
+    once began with. (Rows are the other such size: a one-row pass runs the program traced for two rows or
+    more, whose only difference is where it broadcasts; the tests above check its logits against the eager
+    model's.)"""
+    model, path = built
+    monkeypatch.setenv("AOTI_RUNTIME_CHECK_INPUTS", "1")
+    checked = aot.load_package(path)
+    lm = aot.CompiledCachedModel(model, checked)
+    assert lm.capacity == aot.MIN_BLOCKS * aot.BLOCK
+    ids = torch.randint(0, 40, (3 * aot.BLOCK,), generator=torch.Generator().manual_seed(4))
+    lm.logits(ids[:100])
+    lm.logits(ids[:2 * aot.BLOCK + 10])  # grows by one block
+    assert lm.capacity == 3 * aot.BLOCK
+    assert torch.allclose(lm.logits(ids[:2 * aot.BLOCK + 13], keep=3),
+                          CachedModel(model).logits(ids[:2 * aot.BLOCK + 13], keep=3), atol=1e-4)
+    one_block = aot.CompiledCachedModel(model, checked)
+    one_block.kv = one_block._buffers(aot.BLOCK)  # power: what the buffers began with before MIN_BLOCKS
+    with pytest.raises(RuntimeError, match="too small"):
+        one_block.logits(ids[:100])
+
+
 def test_attach_only_with_a_package_for_these_weights_and_never_when_switched_off(built, monkeypatch):
     model, path = built
     monkeypatch.setenv("SPECDEC_CACHE", str(path.parent.parent))
@@ -358,8 +383,9 @@ def test_the_compiled_head_gives_the_eager_features_across_pieces_trees_and_crop
          position_ids=torch.tensor([[150, 151, 151]]), attention_mask=mask)
     kv.crop(-3)
     ref.crop(-3)
-    both(torch.randn(1, 120, d, generator=g), torch.randint(0, 40, (1, 120), generator=g))  # grows past 256
-    assert kv.capacity == 2 * aot.BLOCK
+    grow = aot.MIN_BLOCKS * aot.BLOCK - 150 + 8  # past the first buffers' end
+    both(torch.randn(1, grow, d, generator=g), torch.randint(0, 40, (1, grow), generator=g))
+    assert kv.capacity == (aot.MIN_BLOCKS + 1) * aot.BLOCK
     # the package's own logits for rows of its latest pass; any other features through the head's layer
     f = compiled(torch.randn(1, 3, d, generator=g), torch.randint(0, 40, (1, 3), generator=g), kv)[0]
     for rows in (f, f[-1:], f[1], f[-1]):

@@ -46,6 +46,11 @@ from . import aot_use, bf16_gemm
 from .kernels import attention_implementation
 
 BLOCK = 256  # KV buffers hold a multiple of this many positions
+# and at least this many blocks: torch.export gives a dynamic size no range that includes 1 (it specialises
+# sizes 0 and 1), so a package is compiled for buffers of 2 to MAX_BLOCKS blocks, and buffers of one block
+# would run it outside the shapes it was compiled for (AOTI_RUNTIME_CHECK_INPUTS=1 refuses them; the tests
+# set it)
+MIN_BLOCKS = 2
 MAX_QUERY = 64  # rows one compiled pass takes; a longer prefill runs in pieces
 MAX_BLOCKS = 32  # the longest buffer a package takes: 32 x 256 = 8,192 positions (SmolLM2's context)
 FORMAT = 6  # the packages' inputs, outputs and kernels; a change makes every machine build them again
@@ -251,7 +256,7 @@ def _dims():
     """The dynamic dimensions of every package: rows q (1..MAX_QUERY), buffer length (BLOCK multiples) and the
     mask's width (the positions in use after the pass)."""
     return (torch.export.Dim("q", min=1, max=MAX_QUERY),
-            BLOCK * torch.export.Dim("blocks", min=1, max=MAX_BLOCKS),
+            BLOCK * torch.export.Dim("blocks", min=MIN_BLOCKS, max=MAX_BLOCKS),
             torch.export.Dim("end", min=1, max=MAX_BLOCKS * BLOCK))
 
 
@@ -375,10 +380,11 @@ def attach(model, *, enabled: bool | None = None) -> CompiledPass | None:
 
 def room_for(kv: list[torch.Tensor], used: int, end: int, make, what: str) -> list[torch.Tensor]:
     """KV buffers [1, heads, L, d] that hold `end` positions: `kv` itself if they do, else new ones from
-    `make(length)` (the next multiple of BLOCK) with the first `used` positions copied over."""
+    `make(length)` (the next multiple of BLOCK, at least MIN_BLOCKS of them) with the first `used` positions
+    copied over."""
     if end <= kv[0].shape[2]:
         return kv
-    blocks = -(-end // BLOCK)
+    blocks = max(-(-end // BLOCK), MIN_BLOCKS)
     if blocks > MAX_BLOCKS:
         raise ValueError(f"{what} holds at most {MAX_BLOCKS * BLOCK} positions, this pass needs {end}: "
                          "shorten the prompt or max_new_tokens")
@@ -391,11 +397,11 @@ def room_for(kv: list[torch.Tensor], used: int, end: int, make, what: str) -> li
 class CompiledCachedModel(CachedModel):
     """A CachedModel whose passes run through the compiled package, on KV buffers it owns.
 
-    The buffers hold a multiple of BLOCK positions and grow by copying when a pass would run past them (once
-    per 256 tokens). Rolling back moves the write position only: rows past it are never read (a pass's
-    mask, and so its attention, ends at the pass's last row) and are overwritten by the next pass. Every pass
-    gets an explicit mask: causal by default, or a tree pass's own. A pass of more than MAX_QUERY rows (a long
-    prompt) runs in pieces.
+    The buffers hold a multiple of BLOCK positions (MIN_BLOCKS or more) and grow by copying when a pass would
+    run past them (once per 256 tokens). Rolling back moves the write position only: rows past it are never
+    read (a pass's mask, and so its attention, ends at the pass's last row) and are overwritten by the next
+    pass. Every pass gets an explicit mask: causal by default, or a tree pass's own. A pass of more than
+    MAX_QUERY rows (a long prompt) runs in pieces.
     """
 
     def __init__(self, model, runner, keep_hidden: bool | tuple[int, ...] = False, name: str = "model", *,
@@ -405,7 +411,7 @@ class CompiledCachedModel(CachedModel):
                              "layers (keep_hidden=(...)) needs cache='dynamic' or SPECDEC_AOT=0")
         super().__init__(model, keep_hidden, name)
         self.runner, self.pad_single = runner, pad_single
-        self.kv = self._buffers(BLOCK)
+        self.kv = self._buffers(MIN_BLOCKS * BLOCK)
         self._latest: tuple[torch.Tensor, torch.Tensor] | None = None  # the latest pass's (logits, argmax)
 
     def _buffers(self, length: int) -> list[torch.Tensor]:

@@ -17,8 +17,8 @@ from torch import nn
 from transformers import StaticCache
 
 from ..cache import cache_kwargs
-from .aot import (BLOCK, COMPILED_ATTENTION, MAX_QUERY, _compile, _dims, causal_mask, kv_buffers, kv_shape,
-                  load_package, package_path, pass_mask, room_for, switched_on)
+from .aot import (BLOCK, COMPILED_ATTENTION, MAX_QUERY, MIN_BLOCKS, _compile, _dims, causal_mask, kv_buffers,
+                  kv_shape, load_package, package_path, pass_mask, room_for, switched_on)
 from .kernels import attention_implementation
 
 # the head packages' inputs, outputs and kernels (2: the greedy tokens; 3: `bf16_gemm`; 4: masks as wide as
@@ -107,12 +107,13 @@ def build_head(head, path: Path | None = None, *, options: dict | None = None, v
 
 
 class HeadKV:
-    """The compiled head's KV cache: buffers of a multiple of BLOCK positions and how many are in use. It
-    answers the two calls `FeatureDrafter` makes of a DynamicCache: `get_seq_length()` and `crop(-n)`."""
+    """The compiled head's KV cache: buffers of a multiple of BLOCK positions (MIN_BLOCKS or more) and how
+    many are in use. It answers the two calls `FeatureDrafter` makes of a DynamicCache: `get_seq_length()`
+    and `crop(-n)`."""
 
     def __init__(self, head):
         self.head, self.length = head, 0
-        self.kv = self._buffers(BLOCK)
+        self.kv = self._buffers(MIN_BLOCKS * BLOCK)
 
     def _buffers(self, length: int) -> list[torch.Tensor]:
         w = self.head.fc.weight
