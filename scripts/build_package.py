@@ -2,12 +2,14 @@
 scripts/compare_packages.py.
 
     PYTHONPATH=<checkout> python scripts/build_package.py OUT.pt2 --kernel dot --block 8x48
+    PYTHONPATH=<checkout> python scripts/build_package.py OUT.pt2 --kernel dot --prefetch 128
     PYTHONPATH=<checkout> python scripts/build_package.py OUT.pt2 --kernel fp32vec --block 12x16
     PYTHONPATH=<checkout> python scripts/build_package.py OUT.pt2 --kernel onednn
     PYTHONPATH=<checkout> python scripts/build_package.py OUT.pt2 --inductor cpp.enable_concat_linear=True
 
 --kernel dot: bfloat16 products by AVX512-BF16's dot-product instruction (`models.bf16_gemm`, the default
-where the CPU has it) in register blocks of --block rows x columns; fp32vec: Inductor's own micro-GEMM, every
+where the CPU has it) in register blocks of --block rows x columns, each line of weights asked for --prefetch
+k ahead (`bf16_gemm.micro_gemm_class`; 0: by the hardware alone); fp32vec: Inductor's own micro-GEMM, every
 bfloat16 AVX-512 block set to --block; onednn: oneDNN's kernels throughout (frozen weights, no autotuning).
 --inductor NAME=VALUE (repeatable) sets one more of Inductor's settings while compiling (a Python literal;
 e.g. cpp.enable_concat_linear=True: q, k and v in one product, gate and up in another). Prints the package's
@@ -29,6 +31,7 @@ p = argparse.ArgumentParser()
 p.add_argument("out", type=Path)
 p.add_argument("--kernel", choices=("dot", "fp32vec", "onednn"), default="dot")
 p.add_argument("--block", default="8x48", help="register block, rows x columns (a multiple of 16)")
+p.add_argument("--prefetch", type=int, default=bf16_gemm.PREFETCH, help="--kernel dot: k ahead, 0 for none")
 p.add_argument("--threads", type=int, default=2)
 p.add_argument("--inductor", action="append", default=[], metavar="NAME=VALUE",
                help="one more Inductor setting while compiling, e.g. cpp.enable_concat_linear=True")
@@ -54,7 +57,8 @@ def fp32vec_blocks(*_, **__):
 
 options = None  # aot.build's default: frozen weights, GEMMs autotuned between the C++ template and oneDNN
 if args.kernel == "dot":  # aot._compile calls bf16_gemm.dot_products(): this block, on whatever `wanted` says
-    bf16_gemm.dot_products = functools.partial(bf16_gemm.dot_products, enabled=True, block=(rows, cols, 2))
+    bf16_gemm.dot_products = functools.partial(bf16_gemm.dot_products, enabled=True, block=(rows, cols, 2),
+                                               prefetch=args.prefetch)
 elif args.kernel == "fp32vec":
     bf16_gemm.wanted = lambda: False
     aot.small_register_blocks = fp32vec_blocks

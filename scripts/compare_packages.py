@@ -14,7 +14,6 @@ for these weights could gain. --wide NAME: that package is of a format
 before 6 (`aot.FORMAT`), whose masks are as wide as the buffers: its masks are padded with "never".
 """
 import argparse
-import os
 import statistics
 import time
 
@@ -25,7 +24,6 @@ from specdec_ref.models.loading import default_dtype, load_offline_target
 
 KS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)
 
-os.environ.setdefault("AOTI_RUNTIME_CHECK_INPUTS", "1")  # a package of another format: refused, never misread
 p = argparse.ArgumentParser()
 p.add_argument("packages", nargs="+", help="NAME=PATH of each package")
 p.add_argument("--threads", type=int, default=2)
@@ -44,9 +42,7 @@ for item in args.packages:
     name, _, path = item.partition("=")
     if not path:
         p.error(f"give each package as NAME=PATH, got {item!r}")
-    runner = aot.load_package(path)
-    if name in args.wide:
-        runner = aot_use.wide_mask_runner(runner)
+    runner = aot_use.checked_package(model, path, wide=name in args.wide)
     lms[name] = aot.CompiledPass(model, runner, path).lm(name=name)
 CONTEXT = args.context
 g = torch.Generator().manual_seed(0)

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import torch
 
-os.environ.setdefault("AOTI_RUNTIME_CHECK_INPUTS", "1")  # a package of another format: refused, never misread
 p = argparse.ArgumentParser()
 p.add_argument("--threads", type=int, default=2)
 p.add_argument("--prompts", type=int, default=8)
@@ -48,9 +47,7 @@ for item in args.package:
     name, _, path = item.partition("=")
     if not path:
         p.error(f"give each package as NAME=PATH, got {item!r}")
-    runner = aot.load_package(path)
-    if name in args.wide:
-        runner = aot_use.wide_mask_runner(runner)
+    runner = aot_use.checked_package(target, path, wide=name in args.wide)
     use = aot_use.first_load(target, lambda r=runner: aot.CompiledCachedModel(target, r), Path(path))
     paths[name] = aot.CompiledPass(target, runner, Path(path), use.pad_single)
 if not paths:

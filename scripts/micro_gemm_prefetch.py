@@ -3,15 +3,17 @@
     PYTHONPATH=. python scripts/micro_gemm_prefetch.py [--threads 2] [--shape 49152x576] \
         [--distances 16,64,128] [--rounds 40] [--out /tmp/prefetch_probe]
 
-`models.bf16_gemm`'s kernel loads each 64-byte line of weights just before it multiplies with it, and leaves
-fetching ahead to the hardware. This builds one bfloat16 linear layer (by default the offline target's output
-layer, N x K = 49,152 x 576: 57 MB, more than the caches hold) into an AOTInductor package with that kernel as
-it is ("base") and with one `_mm_prefetch` per line, the given distance ahead in k (each step of 2 in k is 192
-bytes further on), a few seconds each. Then it times M = 1, 2, 4, 8 rows through every package in turn,
-round after round, after writing 64 MB between passes as a target pass would, and prints median ms, t(M)/t(1)
-and the rate at which one row streams the weights. Needs a CPU with AVX512-BF16 (`bf16_gemm.wanted()`).
+`models.bf16_gemm`'s kernel loads each 64-byte line of weights just before it multiplies with it; asked to,
+it also requests the line `prefetch` k ahead (`bf16_gemm.micro_gemm_class(prefetch)`; each step of 2 in k is
+192 bytes further on). This builds one bfloat16 linear layer (by default the offline target's output layer,
+N x K = 49,152 x 576: 57 MB, more than the caches hold) into an AOTInductor package with the kernel as it is
+("base") and at each given distance, a few seconds each. Then it times M = 1, 2, 4, 8 rows through every
+package in turn, round after round, after writing 64 MB between passes as a target pass would, and prints
+median ms, t(M)/t(1) and the rate at which one row streams the weights. Needs a CPU with AVX512-BF16
+(`bf16_gemm.wanted()`).
 """
 import argparse
+import functools
 import statistics
 import time
 from pathlib import Path
@@ -31,14 +33,6 @@ torch.set_num_threads(args.threads)
 if not bf16_gemm.wanted():
     raise SystemExit("this CPU (or compiler) has no AVX512-BF16 dot-product instruction for bf16_gemm")
 N, K = map(int, args.shape.split("x"))
-LOAD = "            vb[col] = _mm512_loadu_si512((const __m512i*)(B + k * ldb + col * 32));"
-
-
-def prefetching(distance: int):
-    base = bf16_gemm.micro_gemm_class()
-    fetch = f"            _mm_prefetch((const char*)(B + (k + {distance}) * ldb + col * 32), _MM_HINT_T0);\n"
-    assert LOAD in base.KERNEL
-    return type(f"Prefetch{distance}", (base,), {"KERNEL": base.KERNEL.replace(LOAD, fetch + LOAD)})
 
 
 class Layer(torch.nn.Module):
@@ -53,18 +47,18 @@ class Layer(torch.nn.Module):
 torch.manual_seed(0)
 layer = Layer().eval()
 out = Path(args.out)
-variants = {"base": None} | {f"prefetch {d}": prefetching(int(d)) for d in args.distances.split(",")}
+variants = {"base": 0} | {f"prefetch {d}": int(d) for d in args.distances.split(",")}
 runners = {}
-for name, cls in variants.items():
+for name, distance in variants.items():
     path = out / f"{name.replace(' ', '_')}_{N}x{K}_{args.threads}.pt2"
     if not path.exists():
         rows = torch.export.Dim("rows", min=1, max=64)
-        saved = bf16_gemm.micro_gemm_class
-        bf16_gemm.micro_gemm_class = (lambda c=cls: c) if cls is not None else saved
+        saved = bf16_gemm.dot_products
+        bf16_gemm.dot_products = functools.partial(saved, prefetch=distance)  # aot._compile calls it
         try:
             aot._compile(layer, (torch.randn(3, K, dtype=torch.bfloat16),), ({0: rows},), path, None, name)
         finally:
-            bf16_gemm.micro_gemm_class = saved
+            bf16_gemm.dot_products = saved
     runners[name] = aot.load_package(path)
 ms = (1, 2, 4, 8)
 xs = {m: torch.randn(m, K, dtype=torch.bfloat16) for m in ms}

@@ -10,7 +10,6 @@ time (the profiler's own cost included: compare shares, not totals). --wide: a p
 older (masks as wide as its buffers).
 """
 import argparse
-import os
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -18,7 +17,6 @@ from torch.profiler import ProfilerActivity, profile
 from specdec_ref.models import aot, aot_use
 from specdec_ref.models.loading import default_dtype, load_offline_target
 
-os.environ.setdefault("AOTI_RUNTIME_CHECK_INPUTS", "1")  # a package of another format: refused, never misread
 p = argparse.ArgumentParser()
 p.add_argument("package")
 p.add_argument("--rows", type=int, default=2)
@@ -30,8 +28,8 @@ p.add_argument("--top", type=int, default=15)
 args = p.parse_args()
 torch.set_num_threads(args.threads)
 model, _ = load_offline_target("cpu", default_dtype(torch.device("cpu")), prepack=False)
-runner = aot.load_package(args.package)
-lm = aot.CompiledPass(model, aot_use.wide_mask_runner(runner) if args.wide else runner, args.package).lm()
+runner = aot_use.checked_package(model, args.package, wide=args.wide)
+lm = aot.CompiledPass(model, runner, args.package).lm()
 ids = torch.randint(0, model.config.vocab_size, (max(args.context + args.rows, args.buffer),),
                     generator=torch.Generator().manual_seed(0))
 with torch.inference_mode():

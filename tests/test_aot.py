@@ -269,6 +269,21 @@ def test_the_buffers_a_compiled_pass_gets_are_within_the_shapes_it_was_compiled_
         one_block.logits(ids[:100])
 
 
+@torch.inference_mode()
+def test_a_package_given_to_a_timing_script_is_checked_once_then_runs_one_row_passes(built):
+    """`aot_use.checked_package`: one pass with the package's input checks on, then a copy without them, which
+    one-row passes need (the checks refuse them: rows are compiled for 2 and up)."""
+    model, path = built
+    lm, ref = aot.CompiledCachedModel(model, aot_use.checked_package(model, path)), CachedModel(model)
+    ids = torch.randint(0, 40, (30,), generator=torch.Generator().manual_seed(5))
+    for end, keep in ((20, 1), (21, 1), (24, 3)):
+        assert torch.allclose(lm.logits(ids[:end], keep=keep), ref.logits(ids[:end], keep=keep), atol=1e-4)
+    # power: buffers of another shape (two key heads, not one), which the unchecked package would misread
+    other = tiny_llama(40, seed=0, n_layers=2, hidden=32, dtype=torch.float32, max_positions=2048, kv_heads=2)
+    with pytest.raises(RuntimeError, match="dim value"):
+        aot_use.checked_package(other, path)
+
+
 def test_attach_only_with_a_package_for_these_weights_and_never_when_switched_off(built, monkeypatch):
     model, path = built
     monkeypatch.setenv("SPECDEC_CACHE", str(path.parent.parent))

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 import torch
 
 BLOCK = (8, 48, 2)  # register block: rows, columns (3 vectors of 16 sums: 24 accumulators), k pairs
+PREFETCH = 0  # k ahead at which each line of weights is asked for (0: by the hardware alone)
 
 
 def wanted() -> bool:
@@ -46,8 +47,10 @@ def micro_gemms():
 
 
 @functools.cache
-def micro_gemm_class():
-    """`CppMicroGemmBF16Dot`, made once, on first use."""
+def micro_gemm_class(prefetch: int = 0):
+    """`CppMicroGemmBF16Dot`, made once per prefetch distance, on first use. prefetch: k ahead (in steps of 2,
+    192 bytes of a 48-column block each) at which the kernel asks for each line of weights with
+    `_mm_prefetch` before it loads the current one; 0 leaves fetching ahead to the hardware."""
     micro = micro_gemms()
     from torch._inductor.codegen.common import KernelTemplate
 
@@ -101,6 +104,9 @@ inline void {{kernel_name}}_kernel(
             va = _mm512_set1_epi32(*(const int32_t*)(A + row * lda + k));
         }
         if constexpr (row == 0) {
+{%- if prefetch %}
+            _mm_prefetch((const char*)(B + (k + {{prefetch}}) * ldb + col * 32), _MM_HINT_T0);
+{%- endif %}
             vb[col] = _mm512_loadu_si512((const __m512i*)(B + k * ldb + col * 32));
         }
         vc[i] = _mm512_dpbf16_ps(vc[i], (__m512bh)va, (__m512bh)vb[col]);  // 2 products per lane
@@ -127,7 +133,7 @@ inline void {{kernel_name}}_kernel(
                 raise NotImplementedError("CppMicroGemmBF16Dot needs frozen weights (freezing=True)")
             block_m, block_n, _ = self.register_blocking
             options = dict(self.get_common_options(), declare_kernel=self.get_kernel_declaration(),
-                           kernel=kernel, block_m=block_m, block_n=block_n)
+                           kernel=kernel, block_m=block_m, block_n=block_n, prefetch=prefetch)
             return "".join(KernelTemplate._template_from_string(t).render(options)
                            for t in (self.KERNEL, self.ENTRY))
 
@@ -142,15 +148,16 @@ def _pairs_of_k(config, m, n, k, alpha, num_threads, **kwargs) -> bool:
 
 
 @contextmanager
-def dot_products(enabled: bool | None = None, block: tuple[int, int, int] = BLOCK, cls=None):
+def dot_products(enabled: bool | None = None, block: tuple[int, int, int] = BLOCK, cls=None,
+                 prefetch: int = PREFETCH):
     """While compiling, Inductor's bfloat16 GEMMs on AVX-512 use `CppMicroGemmBF16Dot` (register blocks of
-    `block`) instead of `CppMicroGemmFP32Vec`; every other micro-GEMM (float32, AVX2, AMX) stays. Does
-    nothing unless enabled (default: `wanted()`). cls: a micro-GEMM class in its place (the tests' broken
-    one)."""
+    `block`, weights fetched `prefetch` ahead) instead of `CppMicroGemmFP32Vec`; every other micro-GEMM
+    (float32, AVX2, AMX) stays. Does nothing unless enabled (default: `wanted()`). cls: a micro-GEMM class in
+    its place (the tests' broken one)."""
     if not (wanted() if enabled is None else enabled):
         yield
         return
-    cls, micro = cls or micro_gemm_class(), micro_gemms()
+    cls, micro = cls or micro_gemm_class(prefetch), micro_gemms()
     from torch._inductor.cpu_vec_isa import VecAVX512
     saved = dict(micro.micro_gemm_configs)
     micro.micro_gemm_configs[micro.CppMicroGemmFP32Vec] = [
