@@ -5,7 +5,8 @@
 
 The calibration's check on cached costs (`models.method.current_shape`) measures again when t(5)/t(1) moved
 by more than 0.05. On a shared host it does: when a guest gets less memory bandwidth, a one-row pass costs
-more and the extra rows of a five-row pass hide under the slower weight stream. Each run loads the target,
+more and the extra rows of a five-row pass hide under the slower weight stream. Each run loads the target as
+the loops run it (its compiled pass where this machine has one: `load_offline_target` alone leaves it eager),
 times interleaved cached passes of k rows after a 60-token context (`method.pass_seconds`; by default 1 and 5
 rows, 9 rounds) and prints one JSON line with the time; --bursts N does that N times in one process, back to
 back (about a second each), to see how fast the shape moves.
@@ -28,7 +29,7 @@ import specdec_ref as sd  # noqa: E402
 from specdec_ref.models.method import pass_seconds  # noqa: E402
 
 ks = [int(k) for k in args.ks.split(",")]
-target, _ = sd.load_offline_target()
+target, _, _ = sd.load_offline_pair(draft="feature", choose_method=False)  # its compiled pass, if built
 for _ in range(args.bursts):
     t = pass_seconds(target, ks, 60, repeats=args.repeats)
     line = {"time": time.strftime("%H:%M:%S"), "t1_ms": round(t[1] * 1e3, 2)}
