@@ -6,11 +6,11 @@
 Each PATH is an AOTInductor package of the offline target's pass (`python -m specdec_ref compile` writes this
 machine's to ~/.cache/specdec_ref/aot/; keep a copy of an older one to compare). Every round times one pass of
 k rows after a --context of 200 tokens (in KV buffers of --buffer positions, by default the fewest that hold
-it) for every k and every package in turn, so a burst of load lands on all alike; medians of the rounds after
-the first are printed, with each package's t(k)/t(1). Each round also reads as many bytes as the target's
-weights hold (a sum over one buffer that size, on the same threads): the last lines say what fraction of that
-read rate each package's fastest pass of one token streams its weights at, which bounds what any faster kernel
-for these weights could gain. --wide NAME: that package is of a format
+it, at least `aot.MIN_BLOCKS` blocks) for every k and every package in turn, so a burst of load lands on all
+alike; medians of the rounds after the first are printed, with each package's t(k)/t(1). Each round also
+reads as many bytes as the target's weights hold (a sum over one buffer that size, on the same threads): the
+last lines say what fraction of that read rate each package's fastest pass of one token streams its weights
+at, which bounds what any faster kernel for these weights could gain. --wide NAME: that package is of a format
 before 6 (`aot.FORMAT`), whose masks are as wide as the buffers: its masks are padded with "never".
 """
 import argparse

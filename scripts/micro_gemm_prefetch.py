@@ -7,7 +7,8 @@
 it also requests the line `prefetch` k ahead (`bf16_gemm.micro_gemm_class(prefetch)`; each step of 2 in k is
 192 bytes further on). This builds one bfloat16 linear layer (by default the offline target's output layer,
 N x K = 49,152 x 576: 57 MB, more than the caches hold) into an AOTInductor package with the kernel as it is
-("base") and at each given distance, a few seconds each. Then it times M = 1, 2, 4, 8 rows through every
+("base") and at each given distance, a few seconds each (the C++ template only: autotuning never swaps in
+oneDNN's product). Then it times M = 1, 2, 4, 8 rows through every
 package in turn, round after round, after writing 64 MB between passes as a target pass would, and prints
 median ms, t(M)/t(1) and the rate at which one row streams the weights. Needs a CPU with AVX512-BF16
 (`bf16_gemm.wanted()`).
@@ -47,18 +48,18 @@ class Layer(torch.nn.Module):
 torch.manual_seed(0)
 layer = Layer().eval()
 out = Path(args.out)
+CPP_ONLY = dict(aot.INDUCTOR, max_autotune_gemm_backends="CPP")
 variants = {"base": 0} | {f"prefetch {d}": int(d) for d in args.distances.split(",")}
 runners = {}
 for name, distance in variants.items():
-    path = out / f"{name.replace(' ', '_')}_{N}x{K}_{args.threads}.pt2"
-    if not path.exists():
-        rows = torch.export.Dim("rows", min=1, max=64)
-        saved = bf16_gemm.dot_products
-        bf16_gemm.dot_products = functools.partial(saved, prefetch=distance)  # aot._compile calls it
-        try:
-            aot._compile(layer, (torch.randn(3, K, dtype=torch.bfloat16),), ({0: rows},), path, None, name)
-        finally:
-            bf16_gemm.dot_products = saved
+    path = out / f"{name.replace(' ', '_')}_{N}x{K}_{args.threads}.pt2"  # built again every run
+    rows = torch.export.Dim("rows", min=1, max=64)
+    saved = bf16_gemm.dot_products
+    bf16_gemm.dot_products = functools.partial(saved, prefetch=distance)  # aot._compile calls it
+    try:  # the C++ template only, so the product is the dot-product kernel's, never oneDNN's
+        aot._compile(layer, (torch.randn(3, K, dtype=torch.bfloat16),), ({0: rows},), path, CPP_ONLY, name)
+    finally:
+        bf16_gemm.dot_products = saved
     runners[name] = aot.load_package(path)
 ms = (1, 2, 4, 8)
 xs = {m: torch.randn(m, K, dtype=torch.bfloat16) for m in ms}

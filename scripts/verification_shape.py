@@ -6,10 +6,11 @@
 The calibration's check on cached costs (`models.method.current_shape`) measures again when t(5)/t(1) moved
 by more than 0.05. On a shared host it does: when a guest gets less memory bandwidth, a one-row pass costs
 more and the extra rows of a five-row pass hide under the slower weight stream. Each run loads the target as
-the loops run it (its compiled pass where this machine has one: `load_offline_target` alone leaves it eager),
-times interleaved cached passes of k rows after a 60-token context (`method.pass_seconds`; by default 1 and 5
-rows, 9 rounds) and prints one JSON line with the time; --bursts N does that N times in one process, back to
-back (about a second each), to see how fast the shape moves.
+the loops run it, in the dtype the loaders pick (before the twelfth session this script loaded it in float32,
+for which no package is built, so its figures in the measurement log's earlier entries are of the eager
+float32 target), times interleaved cached passes of k rows after a 60-token context (`method.pass_seconds`;
+by default 1 and 5 rows, 9 rounds) and prints one JSON line with the time; --bursts N does that N times in one
+process, back to back (about a second each), to see how fast the shape moves.
 """
 import argparse
 import json
@@ -29,6 +30,8 @@ import specdec_ref as sd  # noqa: E402
 from specdec_ref.models.method import pass_seconds  # noqa: E402
 
 ks = [int(k) for k in args.ks.split(",")]
+if ks[0] != 1:
+    p.error(f"--ks lists the rows per pass, 1 first (every ratio is to t(1)), got {args.ks!r}")
 target, _, _ = sd.load_offline_pair(draft="feature", choose_method=False)  # its compiled pass, if built
 for _ in range(args.bursts):
     t = pass_seconds(target, ks, 60, repeats=args.repeats)

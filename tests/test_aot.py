@@ -1,5 +1,7 @@
 """The compiled CPU pass (models.aot): the same logits as the eager model, in every way the loops use a cache,
 and only ever for the weights it was built from."""
+import os
+
 import pytest
 import torch
 
@@ -247,22 +249,23 @@ def test_a_compiled_pass_never_reads_the_buffers_past_its_positions(attached):
 
 @torch.inference_mode()
 def test_the_buffers_a_compiled_pass_gets_are_within_the_shapes_it_was_compiled_for(built, monkeypatch):
-    """torch.export leaves a dynamic size no range that includes 1, so a package takes buffers of MIN_BLOCKS
-    blocks or more; with input checks on (read when a package loads) it refuses one block, which the buffers
-    once began with. (Rows are the other such size: a one-row pass runs the program traced for two rows or
-    more, whose only difference is where it broadcasts; the tests above check its logits against the eager
-    model's.)"""
+    """torch.export assumes a dynamic size is never 0 or 1, so a package takes buffers of MIN_BLOCKS blocks
+    or more; with input checks on (each loaded copy reads AOTI_RUNTIME_CHECK_INPUTS on its first pass) it
+    refuses one block, which the buffers once began with. (Rows are the other such size: a one-row pass runs
+    the program traced for more rows, which export cannot make general (it leaves a guard q != 1); the tests
+    above check such passes against the eager model's logits.)"""
     model, path = built
     monkeypatch.setenv("AOTI_RUNTIME_CHECK_INPUTS", "1")
     checked = aot.load_package(path)
     lm = aot.CompiledCachedModel(model, checked)
     assert lm.capacity == aot.MIN_BLOCKS * aot.BLOCK
     ids = torch.randint(0, 40, (3 * aot.BLOCK,), generator=torch.Generator().manual_seed(4))
+    end = aot.MIN_BLOCKS * aot.BLOCK  # the first buffers' end
     lm.logits(ids[:100])
-    lm.logits(ids[:2 * aot.BLOCK + 10])  # grows by one block
-    assert lm.capacity == 3 * aot.BLOCK
-    assert torch.allclose(lm.logits(ids[:2 * aot.BLOCK + 13], keep=3),
-                          CachedModel(model).logits(ids[:2 * aot.BLOCK + 13], keep=3), atol=1e-4)
+    lm.logits(ids[:end + 10])  # grows by one block
+    assert lm.capacity == end + aot.BLOCK
+    ref = CachedModel(model).logits(ids[:end + 13], keep=3)
+    assert torch.allclose(lm.logits(ids[:end + 13], keep=3), ref, atol=1e-4)
     one_block = aot.CompiledCachedModel(model, checked)
     one_block.kv = one_block._buffers(aot.BLOCK)  # power: what the buffers began with before MIN_BLOCKS
     with pytest.raises(RuntimeError, match="too small"):
@@ -270,11 +273,13 @@ def test_the_buffers_a_compiled_pass_gets_are_within_the_shapes_it_was_compiled_
 
 
 @torch.inference_mode()
-def test_a_package_given_to_a_timing_script_is_checked_once_then_runs_one_row_passes(built):
+def test_a_package_given_to_a_timing_script_is_checked_once_then_runs_one_row_passes(built, monkeypatch):
     """`aot_use.checked_package`: one pass with the package's input checks on, then a copy without them, which
     one-row passes need (the checks refuse them: rows are compiled for 2 and up)."""
     model, path = built
+    monkeypatch.setenv("AOTI_RUNTIME_CHECK_INPUTS", "1")  # set already: the timing copy still runs unchecked
     lm, ref = aot.CompiledCachedModel(model, aot_use.checked_package(model, path)), CachedModel(model)
+    assert os.environ["AOTI_RUNTIME_CHECK_INPUTS"] == "1"  # and the caller's setting is back
     ids = torch.randint(0, 40, (30,), generator=torch.Generator().manual_seed(5))
     for end, keep in ((20, 1), (21, 1), (24, 3)):
         assert torch.allclose(lm.logits(ids[:end], keep=keep), ref.logits(ids[:end], keep=keep), atol=1e-4)

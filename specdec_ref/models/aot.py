@@ -46,10 +46,9 @@ from . import aot_use, bf16_gemm
 from .kernels import attention_implementation
 
 BLOCK = 256  # KV buffers hold a multiple of this many positions
-# and at least this many blocks: torch.export gives a dynamic size no range that includes 1 (it specialises
-# sizes 0 and 1), so a package is compiled for buffers of 2 to MAX_BLOCKS blocks, and buffers of one block
-# would run it outside the shapes it was compiled for (AOTI_RUNTIME_CHECK_INPUTS=1 refuses them; the tests
-# set it)
+# and at least this many blocks: torch.export assumes a dynamic size is never 0 or 1, so a package is compiled
+# for buffers of 2 to MAX_BLOCKS blocks, and buffers of one block would run it outside the shapes it was
+# compiled for (with AOTI_RUNTIME_CHECK_INPUTS=1 it refuses them: tests/test_aot.py, aot_use.checked_package)
 MIN_BLOCKS = 2
 MAX_QUERY = 64  # rows one compiled pass takes; a longer prefill runs in pieces
 MAX_BLOCKS = 32  # the longest buffer a package takes: 32 x 256 = 8,192 positions (SmolLM2's context)
@@ -102,7 +101,7 @@ class KVStep(nn.Module):
         return logits, hidden, logits.argmax(-1), logits.sum(-1, dtype=torch.float32)
 
 
-def example_inputs(model, q: int = 3, length: int = 2 * BLOCK, start: int = 5) -> tuple:
+def example_inputs(model, q: int = 3, length: int = MIN_BLOCKS * BLOCK, start: int = 5) -> tuple:
     """Inputs of one pass: q random tokens after `start` cached ones, in buffers of `length` positions."""
     device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
     ids = torch.randint(0, model.config.vocab_size, (1, q), device=device)
@@ -253,8 +252,11 @@ def build(model, path: Path | None = None, *, options: dict | None = None, verbo
 
 
 def _dims():
-    """The dynamic dimensions of every package: rows q (1..MAX_QUERY), buffer length (BLOCK multiples) and the
-    mask's width (the positions in use after the pass)."""
+    """The dynamic dimensions of every package: rows q (up to MAX_QUERY), buffer length (MIN_BLOCKS to
+    MAX_BLOCKS blocks) and the mask's width (the positions in use after the pass). The package is compiled for
+    each from 2 up. A one-row pass runs the program traced for more rows (the traced code branches on q == 1,
+    so export cannot make it general: it leaves a guard q != 1), and the tests compare such passes with the
+    eager model."""
     return (torch.export.Dim("q", min=1, max=MAX_QUERY),
             BLOCK * torch.export.Dim("blocks", min=MIN_BLOCKS, max=MAX_BLOCKS),
             torch.export.Dim("end", min=1, max=MAX_BLOCKS * BLOCK))

@@ -82,7 +82,7 @@ def head_supported(head, *, for_build: bool = True) -> str | None:
     return None
 
 
-def head_example_inputs(head, q: int = 3, length: int = 2 * BLOCK, start: int = 5) -> tuple:
+def head_example_inputs(head, q: int = 3, length: int = MIN_BLOCKS * BLOCK, start: int = 5) -> tuple:
     dtype, device = head.fc.weight.dtype, head.fc.weight.device
     d = head.fc.out_features
     kv = kv_buffers(head.body, length, dtype, device)

@@ -110,25 +110,30 @@ def wide_mask_runner(runner: Callable) -> Callable:
     return run
 
 
-def checked_package(model, path: Path, wide: bool = False) -> Callable:
-    """A package given by path, for scripts that time packages side by side, loaded once with its input checks
-    on (AOTI_RUNTIME_CHECK_INPUTS, which each loaded copy reads on its first pass) for one pass over 8 tokens,
-    so a package of another format or model is refused instead of read past its inputs; then loaded again
-    without them, since the checks also refuse the one-row passes every loop makes (export compiles the rows
-    for 2 and up, see `aot.MIN_BLOCKS`). wide: a package of `aot.FORMAT` 5 or older (`wide_mask_runner`)."""
+def checked_package(model, path: str | Path, wide: bool = False) -> Callable:
+    """A package given by path, for scripts that time packages side by side. It is loaded once with its input
+    checks on (AOTI_RUNTIME_CHECK_INPUTS, which each loaded copy reads on its first pass) for one pass over 8
+    tokens, so a package whose inputs have other shapes, dtypes or strides (another format, another model's
+    layout) is refused instead of read past its inputs; then again with them off, for the timing, since the
+    checks also refuse the one-row passes every loop makes (export compiles the rows for 2 and up, see
+    `aot.MIN_BLOCKS`). wide: a package of `aot.FORMAT` 5 or older (`wide_mask_runner`)."""
     from . import aot
-    before = os.environ.get("AOTI_RUNTIME_CHECK_INPUTS")
-    os.environ["AOTI_RUNTIME_CHECK_INPUTS"] = "1"  # each loaded copy reads it on its first pass
-    try:
-        checked = aot.load_package(path)
-        lm = aot.CompiledCachedModel(model, wide_mask_runner(checked) if wide else checked)
+
+    def first_pass(runner) -> None:  # the copy reads the variable now, once
+        lm = aot.CompiledCachedModel(model, wide_mask_runner(runner) if wide else runner)
         with torch.inference_mode():
             lm.logits(torch.arange(8, device=lm.device) % model.config.vocab_size, keep=3)
+
+    before = os.environ.get("AOTI_RUNTIME_CHECK_INPUTS")
+    try:
+        os.environ["AOTI_RUNTIME_CHECK_INPUTS"] = "1"
+        first_pass(aot.load_package(path))
+        os.environ["AOTI_RUNTIME_CHECK_INPUTS"] = "0"
+        runner = aot.load_package(path)
+        first_pass(runner)
     finally:
         if before is None:
-            del os.environ["AOTI_RUNTIME_CHECK_INPUTS"]
+            os.environ.pop("AOTI_RUNTIME_CHECK_INPUTS", None)
         else:
             os.environ["AOTI_RUNTIME_CHECK_INPUTS"] = before
-    del lm, checked
-    runner = aot.load_package(path)
     return wide_mask_runner(runner) if wide else runner

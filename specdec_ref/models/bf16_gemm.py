@@ -46,11 +46,15 @@ def micro_gemms():
     return cpp_micro_gemm
 
 
-@functools.cache
 def micro_gemm_class(prefetch: int = 0):
-    """`CppMicroGemmBF16Dot`, made once per prefetch distance, on first use. prefetch: k ahead (in steps of 2,
-    192 bytes of a 48-column block each) at which the kernel asks for each line of weights with
-    `_mm_prefetch` before it loads the current one; 0 leaves fetching ahead to the hardware."""
+    """`CppMicroGemmBF16Dot`, made once per prefetch distance, on first use. prefetch: how many values of k
+    ahead (each step of 2 in k is 192 bytes further into a 48-column block) the kernel asks for each line of
+    weights with `_mm_prefetch`, before it loads the current one; 0 leaves fetching ahead to the hardware."""
+    return _micro_gemm_class(int(prefetch))
+
+
+@functools.cache
+def _micro_gemm_class(prefetch: int):
     micro = micro_gemms()
     from torch._inductor.codegen.common import KernelTemplate
 
