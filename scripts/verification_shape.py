@@ -26,13 +26,13 @@ p.add_argument("--repeats", type=int, default=9)
 args = p.parse_args()
 warnings.filterwarnings("ignore")
 torch.set_num_threads(2)
-import specdec_ref as sd  # noqa: E402
+from specdec_ref.models.loading import default_dtype, load_offline_target  # noqa: E402
 from specdec_ref.models.method import pass_seconds  # noqa: E402
 
 ks = [int(k) for k in args.ks.split(",")]
 if ks[0] != 1:
     p.error(f"--ks lists the rows per pass, 1 first (every ratio is to t(1)), got {args.ks!r}")
-target, _, _ = sd.load_offline_pair(draft="feature", choose_method=False)  # its compiled pass, if built
+target, _ = load_offline_target("cpu", default_dtype(torch.device("cpu")))  # its compiled pass, if built
 for _ in range(args.bursts):
     t = pass_seconds(target, ks, 60, repeats=args.repeats)
     line = {"time": time.strftime("%H:%M:%S"), "t1_ms": round(t[1] * 1e3, 2)}

@@ -382,11 +382,11 @@ def attach(model, *, enabled: bool | None = None) -> CompiledPass | None:
 
 def room_for(kv: list[torch.Tensor], used: int, end: int, make, what: str) -> list[torch.Tensor]:
     """KV buffers [1, heads, L, d] that hold `end` positions: `kv` itself if they do, else new ones from
-    `make(length)` (the next multiple of BLOCK, at least MIN_BLOCKS of them) with the first `used` positions
-    copied over."""
+    `make(length)` (the next multiple of BLOCK; buffers start at MIN_BLOCKS, so this is always more) with the
+    first `used` positions copied over."""
     if end <= kv[0].shape[2]:
         return kv
-    blocks = max(-(-end // BLOCK), MIN_BLOCKS)
+    blocks = -(-end // BLOCK)
     if blocks > MAX_BLOCKS:
         raise ValueError(f"{what} holds at most {MAX_BLOCKS * BLOCK} positions, this pass needs {end}: "
                          "shorten the prompt or max_new_tokens")
