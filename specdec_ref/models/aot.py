@@ -43,6 +43,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from ..cache import CachedModel, additive_mask, cache_kwargs
 from ..device import chip_name, package_version
 from . import aot_use, bf16_gemm
+from .kv import copy_prefix, kv_buffers, kv_shape, move_rows
 from .kernels import attention_implementation
 
 BLOCK = 256  # KV buffers hold a multiple of this many positions
@@ -57,13 +58,6 @@ FORMAT = 6  # the packages' inputs, outputs and kernels; a change makes every ma
 # as wide as the positions in use, attention over those only, `compiled_attention`)
 INDUCTOR = dict(freezing=True, max_autotune=True, max_autotune_gemm_backends="CPP,ATEN")
 MAX_BLOCK_ACCUMULATORS = 12  # vector accumulators per register block of the AVX-512 micro-GEMM (see below)
-
-
-def kv_shape(model, length: int) -> tuple[int, int, int, int]:
-    """[1, kv heads, length, head dim]: one layer's keys (or values) for `length` positions."""
-    c = model.config
-    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    return (1, c.num_key_value_heads, length, head_dim)
 
 
 class KVStep(nn.Module):
@@ -107,15 +101,8 @@ def example_inputs(model, q: int = 3, length: int = MIN_BLOCKS * BLOCK, start: i
     ids = torch.randint(0, model.config.vocab_size, (1, q), device=device)
     positions = torch.arange(start, start + q, device=device)[None]
     mask = causal_mask(start, q, dtype, device)
-    kv = kv_buffers(model, length, dtype, device)
+    kv = kv_buffers(model, length, dtype, device, separate=True)
     return (ids, positions, torch.tensor(start, device=device), mask, *kv)
-
-
-def kv_buffers(model, length: int, dtype: torch.dtype, device=None) -> list[torch.Tensor]:
-    """Zeroed keys and values for every layer of `model` (a Hugging Face LM or a head's body), `length`
-    positions each: [k_0, v_0, k_1, v_1, ...]."""
-    return [torch.zeros(kv_shape(model, length), dtype=dtype, device=device)
-            for _ in range(2 * model.config.num_hidden_layers)]
 
 
 def pass_mask(start: int, q: int, dtype: torch.dtype, device=None,
@@ -391,8 +378,7 @@ def room_for(kv: list[torch.Tensor], used: int, end: int, make, what: str) -> li
         raise ValueError(f"{what} holds at most {MAX_BLOCKS * BLOCK} positions, this pass needs {end}: "
                          "shorten the prompt or max_new_tokens")
     grown = make(blocks * BLOCK)
-    for new, old in zip(grown, kv):
-        new[:, :, :used] = old[:, :, :used]
+    copy_prefix(kv, grown, used)
     return grown
 
 
@@ -468,8 +454,7 @@ class CompiledCachedModel(CachedModel):
         n = n_prefix + len(rows)
         if rows != list(range(n_prefix, n)):
             src = torch.tensor(rows, dtype=torch.long, device=self.device)
-            for buf in self.kv:  # [1, heads, L, d]: rows src -> n_prefix.., in place
-                buf[:, :, n_prefix:n] = buf.index_select(-2, src)
+            move_rows(self.kv, src, slice(n_prefix, n))  # [1, heads, L, d] each: rows src -> n_prefix..
             if self._hidden is not None:
                 self._hidden[n_prefix:n] = self._hidden[src]
         self.rollback(n)

@@ -17,9 +17,10 @@ from torch import nn
 from transformers import StaticCache
 
 from ..cache import cache_kwargs
-from .aot import (BLOCK, COMPILED_ATTENTION, MAX_QUERY, MIN_BLOCKS, _compile, _dims, causal_mask, kv_buffers,
-                  kv_shape, load_package, package_path, pass_mask, room_for, switched_on)
+from .aot import (BLOCK, COMPILED_ATTENTION, MAX_QUERY, MIN_BLOCKS, _compile, _dims, causal_mask,
+                  load_package, package_path, pass_mask, room_for, switched_on)
 from .kernels import attention_implementation
+from .kv import kv_buffers, kv_shape
 
 # the head packages' inputs, outputs and kernels (2: the greedy tokens; 3: `bf16_gemm`; 4: masks as wide as
 # the positions in use, `aot.compiled_attention`); a change rebuilds
@@ -85,7 +86,7 @@ def head_supported(head, *, for_build: bool = True) -> str | None:
 def head_example_inputs(head, q: int = 3, length: int = MIN_BLOCKS * BLOCK, start: int = 5) -> tuple:
     dtype, device = head.fc.weight.dtype, head.fc.weight.device
     d = head.fc.out_features
-    kv = kv_buffers(head.body, length, dtype, device)
+    kv = kv_buffers(head.body, length, dtype, device, separate=True)
     embeds, features = (torch.randn(1, q, d, dtype=dtype, device=device) for _ in range(2))
     return (embeds, features, torch.arange(start, start + q, device=device)[None],
             torch.tensor(start, device=device),

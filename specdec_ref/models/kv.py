@@ -1,0 +1,55 @@
+"""The KV buffers a compiled pass reads and writes: one tensor per layer's keys and values, [1, heads, L, d],
+all of them views of one allocation, so that moving positions in every layer is one operation."""
+from __future__ import annotations
+
+import torch
+
+
+def kv_shape(model, length: int) -> tuple[int, int, int, int]:
+    """[1, kv heads, length, head dim]: one layer's keys (or values) for `length` positions."""
+    c = model.config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    return (1, c.num_key_value_heads, length, head_dim)
+
+
+class KVBuffers(list):
+    """[k_0, v_0, k_1, v_1, ...]: views of one tensor, `whole` [2 * layers, 1, heads, L, d]. (A view made
+    under inference mode does not know its base, so the list keeps it.)"""
+
+    def __init__(self, whole: torch.Tensor):
+        super().__init__(whole.unbind(0))
+        self.whole = whole
+
+
+def kv_buffers(model, length: int, dtype: torch.dtype, device=None, *,
+               separate: bool = False) -> list[torch.Tensor]:
+    """Zeroed keys and values for every layer of `model` (a Hugging Face LM or a head's body), `length`
+    positions each: [k_0, v_0, k_1, v_1, ...], views of one tensor (`KVBuffers`) so that rows move in every
+    layer at once (`move_rows`). separate=True: a tensor each, as a package is exported with (traced on views
+    of one tensor, export tied the buffers' length to the example's through their offsets, and the package
+    refused longer ones: tests/test_aot.py)."""
+    shape = (2 * model.config.num_hidden_layers, *kv_shape(model, length))
+    if separate:
+        return [torch.zeros(shape[1:], dtype=dtype, device=device) for _ in range(shape[0])]
+    return KVBuffers(torch.zeros(shape, dtype=dtype, device=device))
+
+
+def move_rows(kv: list[torch.Tensor], src: torch.Tensor, dst: slice) -> None:
+    """Copy positions `src` ([k] long) of every KV buffer [1, heads, L, d] to the k positions `dst`, in place:
+    in one operation over `KVBuffers`, else one per buffer (the target's 60, one by one, cost 0.15 ms per
+    iteration of a tree loop on a 2-core CPU, `scripts/loop_phases.py`)."""
+    if isinstance(kv, KVBuffers):
+        kv.whole[:, :, :, dst] = kv.whole.index_select(3, src)
+        return
+    for buf in kv:
+        buf[:, :, dst] = buf.index_select(2, src)
+
+
+def copy_prefix(old: list[torch.Tensor], new: list[torch.Tensor], used: int) -> None:
+    """Copy the first `used` positions of every buffer in `old` to the same positions of `new` (larger
+    buffers): in one operation when both are `KVBuffers`, else one per buffer."""
+    if isinstance(old, KVBuffers) and isinstance(new, KVBuffers):
+        new.whole[:, :, :, :used] = old.whole[:, :, :, :used]
+        return
+    for n, o in zip(new, old):
+        n[:, :, :used] = o[:, :, :used]
