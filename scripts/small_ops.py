@@ -34,7 +34,7 @@ def micros(fn, n=args.repeats) -> float:
 
 def grow_step(logits: torch.Tensor, w: int = 3):  # what tree.grow_tree does per greedy draft pass: [n, K]
     top = logits.topk(w, dim=-1)
-    return (top.values.float() - logits.float().logsumexp(-1, keepdim=True)).tolist(), top.indices.tolist()
+    return logits.log_softmax(-1, dtype=torch.float32).gather(-1, top.indices).tolist(), top.indices.tolist()
 
 
 target_rows = torch.randn(3, V, generator=g).bfloat16()

@@ -363,8 +363,8 @@ def grow_tree(root_token: int, root_logits: DraftLogits, expand: Expand, budget:
             rows.update((v, (q[row], ids)) for row, v in enumerate(nodes))
         else:
             top = logits.topk(w, dim=-1)  # [n, w]
-            # [n, w] log-softmax of the top w only, one copy from the device per depth; one fused kernel that
-            # reads bfloat16 as float32 (a float32 copy, then logsumexp, cost twice as much)
+            # [n, w] log-softmax of the top w only, one copy from the device per depth: a float32 copy and one
+            # log_softmax kernel (logsumexp instead takes about ten small steps, twice the time)
             logp = logits.log_softmax(-1, dtype=torch.float32).gather(-1, top.indices).tolist()
         tokens = (top.indices if ids is None else ids[top.indices]).tolist()  # [n, w] their token ids
         # path scores of the n * w candidates, best first (ties: the earlier row, then the earlier child)

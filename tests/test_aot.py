@@ -1,16 +1,17 @@
 """The compiled CPU pass (models.aot): the same logits as the eager model, in every way the loops use a cache,
 and only ever for the weights it was built from."""
+import collections
 import os
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import specdec_ref as sd
 from specdec_ref.cache import CachedModel, additive_mask, cached_model
 from specdec_ref.models import aot, aot_head, aot_use
 from specdec_ref.models import kv as kv_module
 from specdec_ref.models.feature_draft import FeatureHead
-from specdec_ref.models.kv import kv_buffers
 from specdec_ref.models.toy import tiny_llama
 
 # one worker builds the tiny package once (scripts/test.sh runs pytest-xdist with --dist loadgroup)
@@ -201,17 +202,30 @@ def test_pass_masks_cover_the_positions_in_use_and_causal_ones_equal_masks_built
             aot.pass_mask(9, 3, torch.float32, attention_mask=wrong)
 
 
+class CountOps(TorchDispatchMode):
+    """How many times each ATen operation ran inside the block."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.counts[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+
 @pytest.mark.parametrize("inference", [False, True])
 def test_kv_rows_move_in_every_layer_at_once_as_they_would_buffer_by_buffer(inference):
     """`kv_buffers` makes every layer's keys and values views of one tensor (`KVBuffers`, which keeps it:
     under inference mode, where the loops run, a view does not know its base), so a tree's kept path
-    (`move_rows`) and a grown buffer (`copy_prefix`, through `room_for`) take one operation over all of them;
-    the result is what moving each buffer on its own gives. Power: a list of the same buffers in another
-    order takes the loop, where one operation over the whole tensor would pair the wrong layers."""
+    (`move_rows`, source and destination overlapping) and a grown buffer (`copy_prefix`, through `room_for`)
+    take one gather and one copy for all of them, counted; the result is what moving each buffer on its own
+    gives. Power: buffers in a plain list take one operation per buffer, and are paired in their list's order
+    (a reversed list gets each layer's own rows back)."""
     model = tiny(seed=1)
     g = torch.Generator().manual_seed(6)
     with torch.inference_mode(inference):
-        kv = kv_buffers(model, 2 * aot.BLOCK, torch.float32)
+        kv = kv_module.kv_buffers(model, 2 * aot.BLOCK, torch.float32)
         assert isinstance(kv, kv_module.KVBuffers) and len(kv) == 4
         assert kv[0].shape == (1, 1, 2 * aot.BLOCK, 16)
         assert all(buf.data_ptr() == kv.whole[i].data_ptr() for i, buf in enumerate(kv))
@@ -221,18 +235,28 @@ def test_kv_rows_move_in_every_layer_at_once_as_they_would_buffer_by_buffer(infe
         src, dst = torch.tensor([7, 9, 12]), slice(5, 8)
         for buf in want:
             buf[:, :, dst] = buf[:, :, [7, 9, 12]].clone()
-        kv_module.move_rows(kv, src, dst)
+        with CountOps() as ops:
+            kv_module.move_rows(kv, src, dst)
+        assert ops.counts["index_select"] == 1 and ops.counts["copy_"] == 1
         assert all(torch.equal(a, b) for a, b in zip(kv, want))
-        grown = aot.room_for(kv, 20, 2 * aot.BLOCK + 1, lambda n: kv_buffers(model, n, torch.float32), "test")
+        def make(length):
+            return kv_module.kv_buffers(model, length, torch.float32)
+        with CountOps() as ops:
+            grown = aot.room_for(kv, 20, 2 * aot.BLOCK + 1, make, "the test's buffers")
         assert isinstance(grown, kv_module.KVBuffers) and grown[0].shape[2] == 3 * aot.BLOCK
+        assert ops.counts["copy_"] == 1
         assert all(torch.equal(n[:, :, :20], o[:, :, :20]) for n, o in zip(grown, kv))
         assert not any(n[:, :, 20:].any() for n in grown)
-        # power: the same kind of buffers, listed in reverse: copied pairwise, not as the whole tensor
-        backwards = list(kv_buffers(model, 3 * aot.BLOCK, torch.float32))[::-1]
-        kv_module.copy_prefix(kv, backwards, 20)
+        # power: a plain list, here the new buffers in reverse, is copied pair by pair, in its own order
+        backwards = list(kv_module.kv_buffers(model, 3 * aot.BLOCK, torch.float32))[::-1]
+        with CountOps() as ops:
+            kv_module.copy_prefix(kv, backwards, 20)
+        assert ops.counts["copy_"] == len(kv)
         assert all(torch.equal(n[:, :, :20], o[:, :, :20]) for n, o in zip(backwards, kv))
         separate = [buf.clone() for buf in want]
-        kv_module.move_rows(separate, torch.tensor([1, 2]), slice(0, 2))
+        with CountOps() as ops:
+            kv_module.move_rows(separate, torch.tensor([1, 2]), slice(0, 2))
+        assert ops.counts["index_select"] == len(kv)
         assert all(torch.equal(s[:, :, :2], w[:, :, 1:3]) for s, w in zip(separate, want))
 
 

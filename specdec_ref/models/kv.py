@@ -1,5 +1,6 @@
 """The KV buffers a compiled pass reads and writes: one tensor per layer's keys and values, [1, heads, L, d],
-all of them views of one allocation, so that moving positions in every layer is one operation."""
+all of them views of one allocation, so that moving positions in every layer is one operation (except the
+example inputs a package is exported on: `kv_buffers(..., separate=True)`)."""
 from __future__ import annotations
 
 import torch
@@ -27,7 +28,8 @@ def kv_buffers(model, length: int, dtype: torch.dtype, device=None, *,
     positions each: [k_0, v_0, k_1, v_1, ...], views of one tensor (`KVBuffers`) so that rows move in every
     layer at once (`move_rows`). separate=True: a tensor each, as a package is exported with (traced on views
     of one tensor, export tied the buffers' length to the example's through their offsets, and the package
-    refused longer ones: tests/test_aot.py)."""
+    refused longer ones: the growth in tests/test_aot.py's
+    test_the_compiled_pass_gives_the_eager_logits_across_pieces_growth_and_rollback)."""
     shape = (2 * model.config.num_hidden_layers, *kv_shape(model, length))
     if separate:
         return [torch.zeros(shape[1:], dtype=dtype, device=device) for _ in range(shape[0])]
@@ -35,9 +37,10 @@ def kv_buffers(model, length: int, dtype: torch.dtype, device=None, *,
 
 
 def move_rows(kv: list[torch.Tensor], src: torch.Tensor, dst: slice) -> None:
-    """Copy positions `src` ([k] long) of every KV buffer [1, heads, L, d] to the k positions `dst`, in place:
-    in one operation over `KVBuffers`, else one per buffer (the target's 60, one by one, cost 0.15 ms per
-    iteration of a tree loop on a 2-core CPU, `scripts/loop_phases.py`)."""
+    """Copy positions `src` ([k] long) of every KV buffer [1, heads, L, d] to the k positions `dst`, in
+    place (the two may overlap: src is read whole first): in one operation over `KVBuffers`, else one per
+    buffer (the target's 60, one by one, cost 0.15 ms per iteration of a tree loop on a 2-core CPU,
+    `scripts/loop_phases.py`)."""
     if isinstance(kv, KVBuffers):
         kv.whole[:, :, :, dst] = kv.whole.index_select(3, src)
         return
@@ -46,8 +49,8 @@ def move_rows(kv: list[torch.Tensor], src: torch.Tensor, dst: slice) -> None:
 
 
 def copy_prefix(old: list[torch.Tensor], new: list[torch.Tensor], used: int) -> None:
-    """Copy the first `used` positions of every buffer in `old` to the same positions of `new` (larger
-    buffers): in one operation when both are `KVBuffers`, else one per buffer."""
+    """Copy the first `used` positions of every buffer in `old` ([1, heads, L, d] each) to the same positions
+    of `new` ([1, heads, L', d], L' > L): in one operation when both are `KVBuffers`, else one per buffer."""
     if isinstance(old, KVBuffers) and isinstance(new, KVBuffers):
         new.whole[:, :, :, :used] = old.whole[:, :, :, :used]
         return
