@@ -121,3 +121,25 @@ def test_copy_in_dtype_copies_a_small_model_and_refuses_one_over_the_limit(toy_p
     assert small is not target and small.dtype == torch.float32 and target.dtype == torch.float64
     assert notebook.copy_in_dtype(target, torch.float32, max_bytes=100) is None
     assert "Skipped: a float32 copy" in capsys.readouterr().out
+
+
+def test_a_copy_in_another_dtype_leaves_the_compiled_pass_with_the_original(toy_pair):
+    # the package holds the original's weights: a cast copy that kept it would time (and run) the original
+    import copy
+
+    import torch
+
+    class Package:  # stands in for a loaded AOTInductor package, which cannot be deep-copied either
+        def __deepcopy__(self, memo):
+            raise TypeError("cannot pickle a package's loader")
+
+    target, _ = toy_pair
+    package = Package()
+    target.__dict__["_specdec_compiled"] = package
+    try:
+        small = notebook.copy_in_dtype(target, torch.float32)
+        assert "_specdec_compiled" not in small.__dict__ and target.__dict__["_specdec_compiled"] is package
+        with pytest.raises(TypeError, match="cannot pickle"):  # power: a plain deep copy takes it along
+            copy.deepcopy(target)
+    finally:
+        target.__dict__.pop("_specdec_compiled", None)

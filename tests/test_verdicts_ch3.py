@@ -84,3 +84,15 @@ def test_block_verdict_follows_the_gains():
     assert "kept no more" not in block_verdict({3: {"token": 1.7, "block": 1.75}})
     with pytest.raises(ValueError, match="at least one γ"):
         block_verdict({})
+
+
+def test_block_gain_phrase_says_more_or_fewer_from_the_numbers():
+    import pytest
+
+    from specdec_ref.chapters.verdicts.ch3 import block_gain_phrase
+    assert block_gain_phrase({2: {"token": 1.60, "block": 1.62}, 4: {"token": 1.78, "block": 1.86}}) == \
+        "up to 4.5% more tokens"
+    assert block_gain_phrase({2: {"token": 1.60, "block": 1.594}}) == "up to 0.4% fewer tokens"  # behind
+    assert block_gain_phrase({3: {"token": 1.7, "block": 1.7}}) == "no more tokens"
+    with pytest.raises(ValueError, match="at least one γ"):
+        block_gain_phrase({})

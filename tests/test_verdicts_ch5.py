@@ -161,3 +161,7 @@ def test_sharpness_verdict_follows_where_beta_peaks():
     assert "keeps about as much as any factor tried" in v(level, 1.0, 50)
     assert v(level, 1.0, 50).startswith("Over 50 answer positions")
     assert "samples with s = 1," in v(level, 1.0, 50)
+    assert "chosen on other prompts (the tuning prompts)." in v(level, 1.0, 50)
+    assert "which include these: for the shipped s this comparison is in-sample." in v(level, 1.0, 50,
+                                                                                      in_sample=True)
+    assert "other prompts" not in v(level, 1.0, 50, in_sample=True)

@@ -1,12 +1,13 @@
 """Small helpers shared by the chapters: quick mode, showing package source, gluing numbers into prose."""
 from __future__ import annotations
 
-import copy
 import importlib.util
 import inspect
 import os
 
 import torch
+
+from ..models.aot import copy_model
 
 QUICK = os.environ.get("SPECDEC_QUICK", "0") not in ("", "0", "false", "False")  # CI sets SPECDEC_QUICK=1
 
@@ -92,7 +93,7 @@ def copy_in_dtype(model, dtype: torch.dtype, *, max_bytes: int = COPY_LIMIT_BYTE
               f"{n_bytes / 2**30:.1f} GiB (limit {max_bytes / 2**30:.0f} GiB{where}); it stays in "
               f"{str(model.dtype).removeprefix('torch.')}.")
         return None
-    return copy.deepcopy(model).to(dtype)
+    return copy_model(model).to(dtype)  # without a compiled pass: it serves the original's weights
 
 
 def show_source(obj) -> None:

@@ -26,7 +26,6 @@ Everything is seeded; progress goes to stdout and <out>/train.log.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import math
 import random
@@ -44,6 +43,7 @@ from ..cache import additive_mask, layer_features
 from ..drafters import FeatureDrafter
 from ..generate import speculative_generate
 from ..models.kernels import prepack_for_cpu
+from ..models.aot import copy_model
 from ..models import encode_chat, feature_draft, offline_draft
 from ..sampling import SamplingConfig
 from .eagle_prompts import FOLLOWUPS, STYLES, TASKS, TEMPERATURES
@@ -452,7 +452,7 @@ def run(cfg: EagleConfig, target=None, tokenizer=None):
                          f"got {cfg.stop_after!r}")
     target, tokenizer = start_run(cfg, target, tokenizer)
     dtype = pick_dtype(cfg.gen_dtype, target)
-    gen_model = prepack_for_cpu(copy.deepcopy(target).to(dtype))  # bfloat16 only where the CPU multiplies it
+    gen_model = prepack_for_cpu(copy_model(target).to(dtype))  # bfloat16 only where the CPU multiplies it
     prompts = make_prompts(cfg, gen_model, tokenizer)
     prompts = prompts[:cfg.max_prompts] if cfg.max_prompts else prompts
     log(cfg, f"{len(prompts)} training prompts")

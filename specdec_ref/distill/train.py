@@ -18,7 +18,6 @@ Everything is seeded; progress is printed and appended to <out>/train.log.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import math
 import random
@@ -30,6 +29,7 @@ import torch
 
 from ..models import offline_draft
 from ..models import default_dtype, encode_chat
+from ..models.aot import copy_model
 from .batch_sample import sample_batch
 from .prompts import training_prompts
 
@@ -116,7 +116,7 @@ def make_data(cfg: TrainConfig, target, tokenizer) -> list[dict]:
             batch = [encode_chat(tokenizer, p)[0]
                      for p in prompts[i * cfg.batch_prompts:(i + 1) * cfg.batch_prompts]]
             tb = time.time()
-            gen_model = gen_model or copy.deepcopy(target).to(pick_dtype(cfg.gen_dtype, target))
+            gen_model = gen_model or copy_model(target).to(pick_dtype(cfg.gen_dtype, target))
             new = sample_batch(gen_model, batch, cfg.max_new_tokens, temp, cfg.top_k_labels,
                                tokenizer.eos_token_id, g)
             torch.save(new, shard.with_suffix(".tmp"))

@@ -25,6 +25,7 @@ The feature head's pass gets a package of its own the same way (`models.aot_head
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import hashlib
@@ -365,6 +366,17 @@ def attach(model, *, enabled: bool | None = None) -> CompiledPass | None:
     compiled = CompiledPass(model, runner, path, use.pad_single)
     model.__dict__["_specdec_compiled"] = compiled
     return compiled
+
+
+def copy_model(model):
+    """A deep copy of model without its compiled pass: the package holds the original's weights, so a copy
+    that kept it (and was then cast, quantised or trained) would still run the original's pass."""
+    compiled = model.__dict__.pop("_specdec_compiled", None)
+    try:
+        return copy.deepcopy(model)
+    finally:
+        if compiled is not None:
+            model.__dict__["_specdec_compiled"] = compiled
 
 
 def room_for(kv: list[torch.Tensor], used: int, end: int, make, what: str) -> list[torch.Tensor]:

@@ -9,13 +9,13 @@
 """
 from __future__ import annotations
 
-import copy
 
 import torch
 from torch import nn
 
 from ..cache import vocab_size
 from ..drafters import FeatureDrafter, NgramDrafter
+from .aot import copy_model
 from .kernels import prepack_like, unpack
 from . import feature_draft as _feature
 from . import offline_draft
@@ -60,7 +60,7 @@ def int8_copy(target, *, activations: bool = True):
     activations=True: torch's dynamic quantisation (int8 weights *and* activations, int8 matrix kernels);
     activations=False: weight-only int8 (`Int8Linear`), which keeps the activations in the model's dtype.
     """
-    draft = unpack(copy.deepcopy(target)).eval()  # quantisation looks for nn.Linear, not prepacked layers
+    draft = unpack(copy_model(target)).eval()  # quantisation looks for nn.Linear, not prepacked layers
     if activations:
         import warnings
         with warnings.catch_warnings():

@@ -9,7 +9,8 @@ Two inputs meet in one cost model:
   dtype, model and package version: t(k)/t(1) for the target, and the loop's cost per draft pass, per extra
   draft row and per iteration, fitted on the iterations of several methods at once.
 
-One iteration costs, in units of one step of the plain loop (chapter 6's `eq-tree-cost`, with the overhead):
+One iteration costs, in steps of the plain loop (chapter 6's `eq-tree-cost`, with the overhead; the passes
+are priced in units of t(1), which the fitted overheads reconcile: `Costs`):
 
     cost = t(r)/t(1) + Σ_i (c₁ + c_row (m_i - 1)) + (c₁' - c₁) + h₀ + h_node |𝒯| (+ δ + δ_node |𝒯| sampled)
 
@@ -103,8 +104,10 @@ def draft_rows(method: Method, tau: float) -> list[float]:
 
 @dataclass
 class Costs:
-    """This machine's costs, in units of one step of the plain decoding loop (s₁ seconds)."""
-    verify: dict[int, float]  # k -> t(k)/s₁, a target pass over k new rows after a typical context
+    """This machine's costs. The passes are ratios of bare passes timed side by side, in units of a one-row
+    target pass t(1); the overheads are what is left of timed iterations in steps of the plain loop (s₁
+    seconds: t(1) plus the loop's own work), so they also absorb the small difference between the units."""
+    verify: dict[int, float]  # k -> t(k)/t(1), a target pass over k new rows after a typical context
     c_pass: float  # c₁: one draft pass over one row, with the loop's work per pass
     c_row: float  # each further row of a draft pass
     h0: float  # the loop's work per iteration beyond its passes

@@ -243,10 +243,11 @@ def launch_regime_verdict(n_ops: int, launch_us: float, weight_bytes: float, ban
 
 
 def sharpness_verdict(beta: Mapping[float, float], shipped: float, positions: int,
-                      margin: float = 0.005) -> str:
+                      margin: float = 0.005, in_sample: bool = False) -> str:
     """Chapter 5: which factor s on the feature draft's logits keeps the most at T = 1 (β = Σ min(p, q_s) at
     the first draft position, by s: `lab.coverage.acceptance_by_sharpness`), against its own q (s = 1), and
-    the s the shipped drafter samples with. Within `margin` of s = 1's β, no reshaping is worth naming."""
+    the s the shipped drafter samples with. Within `margin` of s = 1's β, no reshaping is worth naming.
+    in_sample: these positions come from prompts the shipped s was chosen on (`prompts.TUNING`)."""
     best, own = max(beta, key=beta.get), beta[1.0]
     if best == 1.0 or compare(beta[best], own, margin, relative=False) != "higher":
         shape = (f"the draft's own q (s = 1) keeps about as much as any factor tried: β = {own:.3f}, "
@@ -256,5 +257,7 @@ def sharpness_verdict(beta: Mapping[float, float], shipped: float, positions: in
         fix = "sharpened" if best > 1 else "flattened"
         shape = (f"the draft's q is {which} than the target's p: {fix} by s = {best:g} it keeps β = "
                  f"{beta[best]:.3f}, where its own q keeps {own:.3f}")
+    where = ("on the tuning prompts, which include these: for the shipped s this comparison is in-sample"
+             if in_sample else "on other prompts (the tuning prompts)")
     return (f"Over {positions} answer positions, {shape}. The shipped feature drafter samples with s = "
-            f"{shipped:g}, chosen on other prompts.")
+            f"{shipped:g}, chosen {where}.")
