@@ -180,6 +180,9 @@ def test_compiled_verdict_follows_the_seconds_and_the_ratios():
     assert "CUDA graphs" in no_compiled_note("cuda")
     off = no_compiled_note("cpu", "/x.pt2", switched_off=True)
     assert "SPECDEC_AOT=0" in off and "python -m specdec_ref compile" not in off
+    slower = no_compiled_note("cpu", "/x.pt2", exists=True)  # built, but not attached: eager was faster
+    assert "no faster than the eager model" in slower and "python -m specdec_ref compile" not in slower
+    assert "no faster" not in note
 
 
 def test_grouped_verdict_follows_the_measured_costs():

@@ -44,6 +44,9 @@ def test_lookup_verdict_says_free_only_within_the_margin():
     assert ("cost almost nothing extra" in lookup_verdict(2.0, 0.98)
             and "it paid" in lookup_verdict(2.0, 0.98))
     assert "safe default" not in lookup_verdict(2.0, 0.98)  # one prompt supports no general advice
+    assert "on that one prompt" in lookup_verdict(2.0, 0.98)
+    four = lookup_verdict(2.0, 0.98, n_free=4)
+    assert "On 4 free-text prompts it ran at 0.98×" in four and "on those prompts" in four and "one" not in four
     assert "cost almost nothing extra" not in lookup_verdict(2.0, 0.8)
     slow = lookup_verdict(0.9, 0.8)
     assert "a cost of 20%" in slow and "not free" in slow and "did not pay" in slow
@@ -106,6 +109,9 @@ def test_hf_gamma_verdict_reads_the_speed_gap_only_when_hf_drafted_gamma():
     unlike = v(1.2, 1.1, 3)
     assert "not γ = 3" in unlike and "mix draft length with loop cost" in unlike
     assert "made no difference" in unlike and "beyond the model passes" not in unlike
+    compiled = v(2.9, 0.97, 3, same_kernels=False)  # our loops on the compiled pass, Hugging Face's eager
+    assert "mixes the two kernels" in compiled and "lies in what each iteration" not in compiled
+    assert "mixes the two kernels" not in alike
 
 
 def test_tau_time_verdict_says_whether_the_two_comparisons_agree():

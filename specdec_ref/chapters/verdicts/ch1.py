@@ -14,14 +14,15 @@ from .margin import compare
 
 def kernel_verdict(before: Mapping[int, float], after: Mapping[int, float], k: int = 8,
                    goal: float = 1.25, *, knee: float | None = None) -> str:
-    """Appendix: did prepacking make scoring k tokens nearly as cheap as one?
+    """Appendix: did the loaders' CPU path (weights prepacked for oneDNN, projections fused, key heads read
+    once) make scoring k tokens nearly as cheap as one, against Hugging Face's own layers?
     before/after: t(k)/t(1) by k; knee: the roofline's k* on this device, if measured (it says whether a
     rise past `goal` comes where the roofline expects the pass to turn compute-bound)."""
     b, a = before[k], after[k]
     within = max(kk for kk in after if after[kk] <= goal) if any(v <= goal for v in after.values()) else None
-    change = (f"prepacking cut the cost of scoring {k} tokens from {b:.2f}× to {a:.2f}× one token"
-              if a < b else f"prepacking did not help here: scoring {k} tokens costs {a:.2f}× one token, "
-                            f"against {b:.2f}× with F.linear")
+    change = (f"the loaders' CPU path cut the cost of scoring {k} tokens from {b:.2f}× to {a:.2f}× one token"
+              if a < b else f"the loaders' CPU path did not help here: scoring {k} tokens costs {a:.2f}× one "
+                            f"token, against {b:.2f}× with Hugging Face's layers")
     if a <= goal:
         return f"On this machine {change}: within {goal}×, as the memory-bound picture says."
     reach = (f"it stays within {goal}× up to k = {within}" if within and within > 1
@@ -304,15 +305,21 @@ def compiled_verdict(eager: Mapping[int, float], compiled: Mapping[int, float], 
     return f"{lead}{tokens}. {shape}"
 
 
-def no_compiled_note(device_type: str, path: str | None = None, switched_off: bool = False) -> str:
-    """Appendix: why the compiled pass was not measured (a fact about this machine, not a measurement)."""
+def no_compiled_note(device_type: str, path: str | None = None, switched_off: bool = False,
+                     exists: bool = False) -> str:
+    """Appendix: why the compiled pass was not measured (a fact about this machine, not a measurement).
+    exists: the package file is there, but the loader did not attach it (it measured slower than eager)."""
     if device_type != "cpu":
         return ("Compiled passes are built for CPUs; on a GPU the loops' cache='compiled' captures CUDA "
-                "graphs instead (chapter 6), so there is nothing to compare here.")
+                "graphs instead (chapter 5 measures what launches cost), so there is nothing to compare here.")
     if switched_off:
         return ("Compiled passes are switched off in this run (SPECDEC_AOT=0, as in CI, which never waits "
                 "for a compile), so only the eager pass was measured; unset it to measure a package this "
                 "machine has.")
+    if exists:
+        return (f"This machine has a compiled pass for this dtype and thread count ({path}), but the loader "
+                "left it off: on its first load it decoded no faster than the eager model here "
+                "(`aot_use.first_load`; SPECDEC_AOT=1 attaches it anyway), so the loops run eager.")
     where = f" (it would be {path})" if path else ""
     return (f"This machine has no compiled pass for this dtype and thread count{where}: "
             "`python -m specdec_ref compile` builds one in a few minutes, once, and this section then "

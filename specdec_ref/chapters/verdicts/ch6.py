@@ -71,15 +71,18 @@ def broken_sampler_caught_verdict(p_value: float, level: float) -> str:
             "above)")
 
 
-def lookup_verdict(rewrite: float, free_text: float, margin: float = 0.05) -> str:
-    """Chapter 6: prompt lookup's speedup over plain decoding on a rewrite task and on free text (ratios)."""
+def lookup_verdict(rewrite: float, free_text: float, margin: float = 0.05, n_free: int = 1) -> str:
+    """Chapter 6: prompt lookup's speedup over plain decoding on a rewrite task and on free text (ratios;
+    n_free: how many free-text prompts)."""
     paid = (f"On the rewrite task prompt lookup ran at {rewrite:.2f}× plain decoding" +
             {"higher": ": it paid.", "lower": ": it did not pay here.",
              "level": ", level with it."}[compare(rewrite, 1.0, margin)])
     side = compare(free_text, 1.0, margin)
     if side == "level":
-        rest = (f" On the free-text prompt it ran at {free_text:.2f}×, within {margin:.0%} of plain "
-                "decoding: on that one prompt, where it found little to copy, it cost almost nothing extra.")
+        which = "the free-text prompt" if n_free == 1 else f"{n_free} free-text prompts"
+        where = "that one prompt" if n_free == 1 else "those prompts"
+        rest = (f" On {which} it ran at {free_text:.2f}×, within {margin:.0%} of plain "
+                f"decoding: on {where}, where it found little to copy, it cost almost nothing extra.")
     elif side == "lower":
         rest = (f" On free text it ran at {free_text:.2f}×, a cost of {1 - free_text:.0%}: here it is not "
                 "free where it finds little to copy (every guess it makes, right or wrong, is a token the "
@@ -231,11 +234,13 @@ def overhead_verdict(ours_ms: float, hf_ms: float) -> str:
             f"{hf_ms:.1f} ms")
 
 
-def hf_gamma_verdict(config_passes: float, keyword_passes: float, gamma: int, tol: float = 0.5) -> str:
+def hf_gamma_verdict(config_passes: float, keyword_passes: float, gamma: int, tol: float = 0.5,
+                     same_kernels: bool = True) -> str:
     """Chapter 6: did Hugging Face draft γ tokens per iteration with the settings on the draft's config
     (config_passes: draft passes per target pass, at most γ; within `tol` of γ counts as γ), and did the same
     settings passed to generate() as keywords change anything? Says what the speed comparison can then
-    tell apart."""
+    tell apart. same_kernels=False: our loops ran the target through its compiled pass (`models.aot`),
+    Hugging Face's through the model itself, so the passes differ too."""
     near = compare(config_passes, gamma, tol, relative=False) == "level"
     moved = compare(keyword_passes, config_passes, tol, relative=False) != "level"
     keywords = (f"passed as keywords they drafted {keyword_passes:.2f}, so that route did not apply them"
@@ -244,6 +249,11 @@ def hf_gamma_verdict(config_passes: float, keyword_passes: float, gamma: int, to
                 "made no difference")
     head = (f"With our settings on the draft's config, Hugging Face drafted {config_passes:.2f} tokens per "
             "target pass")
+    if near and not same_kernels:
+        return (f"{head}, close to γ = {gamma}; {keywords}. Both loops then draft γ tokens with the same "
+                "model and accept by the same greedy rule, but our loops ran the target through this "
+                "machine's compiled pass and Hugging Face's through the model itself, so the gap between "
+                "their speeds mixes the two kernels with what each iteration costs beyond the passes")
     if near:
         return (f"{head}, close to γ = {gamma}; {keywords}. Both loops then draft γ tokens with the same "
                 "model and accept by the same greedy rule, so the gap between their speeds lies in what each "
