@@ -29,9 +29,12 @@ def unrecorded_numbers(text: str, record: str) -> list[str]:
 
 
 def headrooms(text: str) -> dict[str, float]:
-    """Chapter -> its slowest cell's headroom, read from the timing table."""
+    """Chapter -> its slowest cell's smallest headroom over the timing tables (one per recorded run)."""
     rows = re.findall(r"^\| (\d\. [^|]+?) \|[^|]*\|[^|]*\| ([\d.]+)× \|", text, flags=re.M)
-    return {name: float(h) for name, h in rows}
+    rooms: dict[str, float] = {}
+    for name, h in rows:
+        rooms[name] = min(float(h), rooms.get(name, float("inf")))
+    return rooms
 
 
 def headroom_verdict(rooms: dict[str, float], mark: float = MARK) -> str:
@@ -61,7 +64,14 @@ def test_the_record_check_catches_a_number_typed_afresh():
 def test_the_timing_verdict_is_the_one_its_table_gives():
     rooms = headrooms(section(PAGE, "How long each chapter takes"))
     assert len(rooms) == 6, rooms
-    assert f"In that run {headroom_verdict(rooms)}" in PAGE
+    assert f"In both runs {headroom_verdict(rooms)}" in PAGE
+
+
+def test_the_timing_tables_count_a_chapter_by_its_worst_run():
+    two_runs = ("| 3. Exact, not approximate | 1.9 min | 28 s | 10.8× | none |\n"
+                "| 3. Exact, not approximate | 4.5 min | 74 s | 2.5× | none |\n")
+    assert headrooms(two_runs) == {"3. Exact, not approximate": 2.5}
+    assert headroom_verdict(headrooms(two_runs)) == "3. Exact, not approximate fell short of it"
 
 
 def test_the_timing_verdict_flips_when_a_chapter_falls_short():
