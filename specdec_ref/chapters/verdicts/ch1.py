@@ -311,7 +311,8 @@ def no_compiled_note(device_type: str, path: str | None = None, switched_off: bo
     exists: the package file is there, but the loader did not attach it (it measured slower than eager)."""
     if device_type != "cpu":
         return ("Compiled passes are built for CPUs; on a GPU the loops' cache='compiled' captures CUDA "
-                "graphs instead (chapter 5 measures what launches cost), so there is nothing to compare here.")
+                "graphs instead (chapter 5 measures what launches cost), so there is nothing to compare "
+                "here.")
     if switched_off:
         return ("Compiled passes are switched off in this run (SPECDEC_AOT=0, as in CI, which never waits "
                 "for a compile), so only the eager pass was measured; unset it to measure a package this "
