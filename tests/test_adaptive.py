@@ -1,8 +1,9 @@
 """Adaptive draft length (confidence stop, Hugging Face's +2/-1 schedule) keeps speculative decoding exact.
 
-How many tokens a drafter proposes may depend on anything known before this verification (the draft's
-confidence, or, for the +2/-1 schedule, the target's verdicts on earlier iterations), but not on this
-pass's target distributions; the loop is unchanged, so the output must still be greedy decoding's tokens
+Whether a drafter drafts position i may depend on anything fixed before its guess at i is drawn (the
+draft's confidence so far, or, for the +2/-1 schedule, the target's verdicts on earlier iterations), but not
+on that guess or on this pass's accept/reject draws (chapter 4: the length is a stopping time); the loop is
+unchanged, so the output must still be greedy decoding's tokens
 (greedy) and the target's distribution (sampling,
 chi-square at level SIGNIFICANCE on the vocabulary-3 toy pair, seeds fixed, as in test_exactness.py).
 """

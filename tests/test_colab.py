@@ -136,10 +136,13 @@ def test_a_copy_in_another_dtype_leaves_the_compiled_pass_with_the_original(toy_
     target, _ = toy_pair
     package = Package()
     target.__dict__["_specdec_compiled"] = package
+    target.__dict__["_specdec_static_caches"] = {"kept": object()}  # the original's buffers stay with it too
     try:
         small = notebook.copy_in_dtype(target, torch.float32)
         assert "_specdec_compiled" not in small.__dict__ and target.__dict__["_specdec_compiled"] is package
+        assert "_specdec_static_caches" not in small.__dict__ and "_specdec_static_caches" in target.__dict__
         with pytest.raises(TypeError, match="cannot pickle"):  # power: a plain deep copy takes it along
             copy.deepcopy(target)
     finally:
         target.__dict__.pop("_specdec_compiled", None)
+        target.__dict__.pop("_specdec_static_caches", None)

@@ -92,7 +92,11 @@ def test_block_gain_phrase_says_more_or_fewer_from_the_numbers():
     from specdec_ref.chapters.verdicts.ch3 import block_gain_phrase
     assert block_gain_phrase({2: {"token": 1.60, "block": 1.62}, 4: {"token": 1.78, "block": 1.86}}) == \
         "up to 4.5% more tokens"
-    assert block_gain_phrase({2: {"token": 1.60, "block": 1.594}}) == "up to 0.4% fewer tokens"  # behind
+    assert block_gain_phrase({2: {"token": 1.60, "block": 1.594}}) == "at least 0.4% fewer tokens"  # behind
+    behind = {2: {"token": 1.60, "block": 1.594}, 4: {"token": 1.80, "block": 1.746}}  # -0.4% and -3%
+    assert block_gain_phrase(behind) == "at least 0.4% fewer tokens"
+    tiny = {2: {"token": 1.60, "block": 1.6001}}  # any gain is "more", as in block_verdict
+    assert block_gain_phrase(tiny) == "up to 0.0% more tokens"
     assert block_gain_phrase({3: {"token": 1.7, "block": 1.7}}) == "no more tokens"
     with pytest.raises(ValueError, match="at least one γ"):
         block_gain_phrase({})

@@ -113,6 +113,10 @@ def test_hf_gamma_verdict_reads_the_speed_gap_only_when_hf_drafted_gamma():
     compiled = v(2.9, 0.97, 3, same_kernels=False)  # our loops on the compiled pass, Hugging Face's eager
     assert "mixes the two kernels" in compiled and "lies in what each iteration" not in compiled
     assert "mixes the two kernels" not in alike
+    unlike_compiled = v(1.2, 1.1, 3, same_kernels=False)
+    assert "mix draft length with loop cost and kernels" in unlike_compiled
+    assert "compiled pass" in unlike_compiled
+    assert "compiled pass" not in unlike
 
 
 def test_tau_time_verdict_says_whether_the_two_comparisons_agree():

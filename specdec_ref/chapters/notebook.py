@@ -7,8 +7,6 @@ import os
 
 import torch
 
-from ..models.aot import copy_model
-
 QUICK = os.environ.get("SPECDEC_QUICK", "0") not in ("", "0", "false", "False")  # CI sets SPECDEC_QUICK=1
 
 # Where Colab installs the package from. REPO_URL must equal _config.yml's `repository.url`
@@ -93,6 +91,7 @@ def copy_in_dtype(model, dtype: torch.dtype, *, max_bytes: int = COPY_LIMIT_BYTE
               f"{n_bytes / 2**30:.1f} GiB (limit {max_bytes / 2**30:.0f} GiB{where}); it stays in "
               f"{str(model.dtype).removeprefix('torch.')}.")
         return None
+    from ..models.aot import copy_model  # here: scripts/sync_install_cells.py imports this module lightly
     return copy_model(model).to(dtype)  # without a compiled pass: it serves the original's weights
 
 

@@ -369,14 +369,15 @@ def attach(model, *, enabled: bool | None = None) -> CompiledPass | None:
 
 
 def copy_model(model):
-    """A deep copy of model without its compiled pass: the package holds the original's weights, so a copy
-    that kept it (and was then cast, quantised or trained) would still run the original's pass."""
-    compiled = model.__dict__.pop("_specdec_compiled", None)
+    """A deep copy of model without its compiled pass or kept static caches: the package holds the original's
+    weights, so a copy that kept it (and was then cast, quantised or trained) would still run the original's
+    pass; the caches are the original's buffers (`cache.cached_model`)."""
+    kept = {k: model.__dict__.pop(k) for k in ("_specdec_compiled", "_specdec_static_caches")
+            if k in model.__dict__}
     try:
         return copy.deepcopy(model)
     finally:
-        if compiled is not None:
-            model.__dict__["_specdec_compiled"] = compiled
+        model.__dict__.update(kept)
 
 
 def room_for(kv: list[torch.Tensor], used: int, end: int, make, what: str) -> list[torch.Tensor]:

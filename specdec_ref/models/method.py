@@ -121,7 +121,7 @@ class Costs:
     h_node_sampled: float = 0.0  # and per node when sampling
     c_first: float = 0.0  # the first draft pass of an iteration, after the target's (0: priced as c_pass)
 
-    def verify_cost(self, k: float) -> float:  # t(k)/s₁, linear between measured k
+    def verify_cost(self, k: float) -> float:  # t(k)/t(1), linear between measured k
         ks = sorted(self.verify)
         return float(np.interp(k, ks, [self.verify[kk] for kk in ks]))
 

@@ -138,15 +138,17 @@ def greedy_divergence_verdict(dtype: str, n_tokens: int, k_div: int | None, plai
 
 
 def block_gain_phrase(taus: Mapping[int, Mapping[str, float]]) -> str:
-    """Chapter 3's summary: "up to 4.5% more tokens", "no more tokens" or "up to 0.4% fewer tokens" than
+    """Chapter 3's summary: "up to 4.5% more tokens", "no more tokens" or "at least 0.4% fewer tokens" than
     token by token, from the best γ's gain (taus as `block_verdict` takes them). On a finite sample of
-    chains block verification can come out behind; the phrase then says so."""
+    chains block verification can come out behind at every γ; the phrase then says so."""
     if not taus:
         raise ValueError("no chain lengths measured: give block_and_token_taus at least one γ")
     best = max(t["block"] / t["token"] - 1 for t in taus.values())
-    if abs(best) < 5e-4:  # below what one decimal of a percent shows
+    if best > 1e-9:  # block_verdict's threshold: any gain at all is "more"
+        return f"up to {100 * best:.1f}% more tokens"
+    if best >= -1e-9:
         return "no more tokens"
-    return f"up to {100 * abs(best):.1f}% {'more' if best > 0 else 'fewer'} tokens"
+    return f"at least {100 * -best:.1f}% fewer tokens"  # every γ behind: even the best one
 
 
 def block_verdict(taus: Mapping[int, Mapping[str, float]]) -> str:

@@ -259,8 +259,10 @@ def hf_gamma_verdict(config_passes: float, keyword_passes: float, gamma: int, to
                 "model and accept by the same greedy rule, so the gap between their speeds lies in what each "
                 "iteration costs beyond the model passes (a reading, not a measurement: this chapter does "
                 "not time Hugging Face's loop by parts; chapter 4's `diagnose` measures ours)")
-    return (f"{head}, not γ = {gamma}; {keywords}. The two loops did not draft alike here, so their speeds "
-            "mix draft length with loop cost")
+    kernels = ("" if same_kernels else ", and our loops ran the target through this machine's compiled pass "
+               "while Hugging Face's ran the model itself")
+    return (f"{head}, not γ = {gamma}; {keywords}. The two loops did not draft alike here{kernels}, so their "
+            "speeds mix draft length with loop cost" + ("" if same_kernels else " and kernels"))
 
 
 def tau_time_verdict(tau_tree: float, tau_chain: float, speed_tree: float, speed_chain: float,
