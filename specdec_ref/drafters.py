@@ -18,10 +18,9 @@ on the target's hidden states), `FallbackDrafter` (the first of several that pro
 
 Adaptive draft length (chapter 4) lives here too, outside the loop: a drafter may propose fewer than
 γ tokens. `ModelDrafter(model, confidence_stop=0.4)` stops when it is unsure, and `ScheduledDrafter`
-adapts γ from past verdicts. Either way the loop, and its exactness, are unchanged: how many tokens are
-proposed may depend, position by position, on anything fixed before that position's guess is drawn (the
-draft's own numbers so far, or how many tokens earlier iterations kept), never on the guess itself or on
-this verification's random draws: the length is a stopping time of the guesses (chapter 4).
+adapts γ from past verdicts. The loop and its exactness are unchanged: whether a position is drafted may
+depend on anything fixed before its guess is drawn (the draft's numbers so far, earlier iterations' verdicts),
+never on the guess itself or on this verification's draws: a stopping time of the guesses (chapter 4).
 """
 from __future__ import annotations
 
