@@ -212,6 +212,7 @@ class CachedModel:
 
 BUCKET = 256  # static buffers hold a multiple of this many tokens: many lengths share one set of them
 COMPILE_OPTIONS = dict(mode="reduce-overhead")  # torch.compile's options for cache="compiled": CUDA graphs
+STATIC_CACHES = "_specdec_static_caches"  # the model attribute that keeps its static caches (`_static_model`)
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # torch.compile modes that capture CUDA graphs
 
 
@@ -328,7 +329,7 @@ def _static_model(model, max_len: int, keep_hidden: bool | tuple[int, ...], comp
     options = dict(COMPILE_OPTIONS if compile_options is None else compile_options) if compile else {}
     key = (bucket(max_len), keep_hidden, compile, name, repr(sorted(options.items())),
            next(model.parameters()).dtype, next(model.parameters()).device)
-    kept = model.__dict__.setdefault("_specdec_static_caches", {})
+    kept = model.__dict__.setdefault(STATIC_CACHES, {})
     if key not in kept:
         kept[key] = StaticCachedModel(model, key[0], keep_hidden, compile, name, options, query_sizes)
     return kept[key].reset(name, query_sizes)

@@ -41,7 +41,7 @@ from torch import nn
 from transformers import AttentionInterface, StaticCache
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from ..cache import CachedModel, additive_mask, cache_kwargs
+from ..cache import STATIC_CACHES, CachedModel, additive_mask, cache_kwargs
 from ..device import chip_name, package_version
 from . import aot_use, bf16_gemm
 from .kv import copy_prefix, kv_buffers, kv_shape, move_rows
@@ -372,8 +372,7 @@ def copy_model(model):
     """A deep copy of model without its compiled pass or kept static caches: the package holds the original's
     weights, so a copy that kept it (and was then cast, quantised or trained) would still run the original's
     pass; the caches are the original's buffers (`cache.cached_model`)."""
-    kept = {k: model.__dict__.pop(k) for k in ("_specdec_compiled", "_specdec_static_caches")
-            if k in model.__dict__}
+    kept = {k: model.__dict__.pop(k) for k in ("_specdec_compiled", STATIC_CACHES) if k in model.__dict__}
     try:
         return copy.deepcopy(model)
     finally:

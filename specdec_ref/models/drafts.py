@@ -9,7 +9,6 @@
 """
 from __future__ import annotations
 
-
 import torch
 from torch import nn
 

@@ -249,20 +249,20 @@ def hf_gamma_verdict(config_passes: float, keyword_passes: float, gamma: int, to
                 "made no difference")
     head = (f"With our settings on the draft's config, Hugging Face drafted {config_passes:.2f} tokens per "
             "target pass")
-    if near and not same_kernels:
-        return (f"{head}, close to γ = {gamma}; {keywords}. Both loops then draft γ tokens with the same "
-                "model and accept by the same greedy rule, but our loops ran the target through this "
-                "machine's compiled pass and Hugging Face's through the model itself, so the gap between "
-                "their speeds mixes the two kernels with what each iteration costs beyond the passes")
     if near:
+        gap = ("so the gap between their speeds lies in what each iteration costs beyond the model passes (a "
+               "reading, not a measurement: this chapter does not time Hugging Face's loop by parts; chapter "
+               "4's `diagnose` measures ours)" if same_kernels else
+               "but our loops ran the target through this machine's compiled pass and Hugging Face's through "
+               "the model itself, so the gap between their speeds mixes the two kernels with what each "
+               "iteration costs beyond the passes")
         return (f"{head}, close to γ = {gamma}; {keywords}. Both loops then draft γ tokens with the same "
-                "model and accept by the same greedy rule, so the gap between their speeds lies in what each "
-                "iteration costs beyond the model passes (a reading, not a measurement: this chapter does "
-                "not time Hugging Face's loop by parts; chapter 4's `diagnose` measures ours)")
-    kernels = ("" if same_kernels else ", and our loops ran the target through this machine's compiled pass "
-               "while Hugging Face's ran the model itself")
-    return (f"{head}, not γ = {gamma}; {keywords}. The two loops did not draft alike here{kernels}, so their "
-            "speeds mix draft length with loop cost" + ("" if same_kernels else " and kernels"))
+                f"model and accept by the same greedy rule, {gap}")
+    why, mix = ("", "") if same_kernels else (
+        ", and our loops ran the target through this machine's compiled pass while Hugging Face's ran the "
+        "model itself", " and kernels")
+    return (f"{head}, not γ = {gamma}; {keywords}. The two loops did not draft alike here{why}, so their "
+            f"speeds mix draft length with loop cost{mix}")
 
 
 def tau_time_verdict(tau_tree: float, tau_chain: float, speed_tree: float, speed_chain: float,
