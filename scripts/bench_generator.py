@@ -5,11 +5,10 @@ prefilled alone, buffers allocated once, `one_token_attention`), on the same pro
     OMP_NUM_THREADS=1 python scripts/bench_generator.py --threads 1 --batch 64 --max-new-tokens 96
 
 It loads the offline target once and answers the first --batch prompts of the seed-1 corpus as chats, with
-the generation copy `distill.eagle.run` makes (`prepack_for_cpu(copy.deepcopy(target).to(dtype))`).
+the generation copy `distill.eagle.run` makes (`prepack_for_cpu(copy_model(target).to(dtype))`).
 At temperature 0 it also reports how many answers the two agree on token for token.
 """
 import argparse
-import copy
 import json
 import warnings
 from pathlib import Path
@@ -20,6 +19,7 @@ from specdec_ref.device import seconds_since, start_timer
 from specdec_ref.distill.batch_sample import sample_batch, sample_batch_plain
 from specdec_ref.distill.train import pick_dtype
 from specdec_ref.models import load_offline_target
+from specdec_ref.models.aot import copy_model
 from specdec_ref.models.kernels import prepack_for_cpu
 
 PROMPTS = Path(__file__).resolve().parents[1] / "specdec_ref/distill/corpus/seed1/prompts.json"
@@ -39,7 +39,7 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     target, tokenizer = load_offline_target("cpu")
     dtype = pick_dtype(args.dtype, target)
-    gen_model = prepack_for_cpu(copy.deepcopy(target).to(dtype))  # as distill.eagle.run makes it
+    gen_model = prepack_for_cpu(copy_model(target).to(dtype))  # as distill.eagle.run makes it
     chats = [[{"role": "user", "content": c}] for c in json.loads(PROMPTS.read_text())[:args.batch]]
     # as distill.eagle._generate encodes conversations
     prompts = [tokenizer.apply_chat_template(c, add_generation_prompt=True,

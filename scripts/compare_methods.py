@@ -12,7 +12,6 @@
 4. The shipped feature head's coverage@k per depth (`lab.coverage`) along the target's greedy answers to ten
    other held-out prompts.
 """
-import copy
 import json
 import statistics
 import sys
@@ -26,13 +25,14 @@ from specdec_ref.lab.hf import assistant_settings, constant_gamma
 from specdec_ref.lab.bench import forward_seconds, hf_generate, run_interleaved
 from specdec_ref.lab.timing import latency_curve
 from specdec_ref.models import feature_draft, offline_draft
+from specdec_ref.models.aot import copy_model
 
 threads = int(sys.argv[1]) if len(sys.argv) > 1 else 2
 N = int(sys.argv[2]) if len(sys.argv) > 2 else 64
 n_prompts = int(sys.argv[3]) if len(sys.argv) > 3 else 4
 torch.set_num_threads(threads)
 target, tok = sd.load_offline_target(dtype=sd.models.default_dtype(torch.device("cpu")))
-plain_copy = sd.models.kernels.unpack(copy.deepcopy(target))
+plain_copy = sd.models.kernels.unpack(copy_model(target))
 lm = offline_draft.load(target)
 sd.prepack_for_cpu(lm)
 head = sd.prepack_for_cpu(feature_draft.load(target))

@@ -29,7 +29,6 @@ than t(8) can win with a worse ratio. The logits of every path are compared with
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import statistics
 import sys
@@ -62,7 +61,7 @@ def parse_ks(text: str) -> list[int]:
 def prepacked(model, hint: int, fuse: bool = True):
     """A copy of the model with every linear layer oneDNN-packed for batch-size hint `hint`, its projections
     that read one input fused (`kernels.fuse_projections`) or not."""
-    packed = kernels.prepack_for_cpu(copy.deepcopy(model), True, fuse=fuse)
+    packed = kernels.prepack_for_cpu(aot.copy_model(model), True, fuse=fuse)
     for m in packed.modules():
         if isinstance(m, kernels.PrepackedLinear):
             m.packed = kernels.PackedWeight(batch_hint=hint)
