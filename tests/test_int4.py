@@ -57,6 +57,8 @@ def test_int4_gives_the_float32_models_logits_for_one_row_and_several(dtype):
     model, n = loaded(q4_llama, dtype)
     assert n == 2 * 7 and kernels.n_int4(model) == 14  # every projection; not the output layer
     assert "4-bit" in kernels.kernel_path(model)
+    with kernels.plain_path():  # no layer packed (bfloat16 where oneDNN cannot pack it): still named
+        assert "plain F.linear" in kernels.kernel_path(model) and "4-bit" in kernels.kernel_path(model)
     ids = torch.tensor([[3, 14, 15, 9, 2, 6, 5, 35]])
     with torch.inference_mode():
         want = reference(ids).logits

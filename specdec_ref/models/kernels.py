@@ -392,5 +392,5 @@ def kernel_path(model: nn.Module) -> str:
     if n_packed and not n_plain:
         return f"oneDNN prepacked linears ({n_packed} layers, {params.dtype}, {device}{fused})"
     if n_packed:
-        return f"mixed: {n_packed} prepacked, {n_plain} plain linears ({device})"
-    return f"plain F.linear ({params.dtype if params is not None else '?'}, {device})"
+        return f"mixed: {n_packed} prepacked, {n_plain} plain linears ({device}{fused})"
+    return f"plain F.linear ({params.dtype if params is not None else '?'}, {device}{fused})"
