@@ -43,14 +43,16 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.set_defaults(tree=None)  # _load sets the draft's default method, unless --gamma asks for a chain
 
 
-def _load(args):
+def _load(args, choose_method: bool = True):
+    """The pair, with the draft's method: --gamma's chain, else the default the loader chose on this machine
+    (its calibration is skipped where --gamma names the method, or where the caller calibrates itself)."""
     print(f"loading the '{args.pair}' pair ...", file=sys.stderr, flush=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         target, draft, tokenizer = load_pair(args.pair, args.device if args.device else
                                              ("cpu" if args.pair == "offline" else None),
                                              None if args.dtype == "auto" else getattr(torch, args.dtype),
-                                             args.draft)
+                                             args.draft, choose_method=choose_method and not args.gamma)
     for w in caught:
         if "PLACEHOLDER" in str(w.message):
             print(f"WARNING: {w.message}", file=sys.stderr)
@@ -171,7 +173,7 @@ def bench_main(args) -> None:
 
 def diagnose_main(args) -> None:
     from .lab.diagnose import diagnose, format_report
-    target, draft, tokenizer = _load(args)
+    target, draft, tokenizer = _load(args, choose_method=False)  # diagnose calibrates, and chooses, itself
     device = next(target.parameters()).device
     encoded = [encode_chat(tokenizer, p, device) for p in bench.BENCH_PROMPTS[: args.prompts]]
     result = diagnose(target, draft, encoded, gamma_max=args.gamma_max, max_new_tokens=args.max_new_tokens,

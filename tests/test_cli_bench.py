@@ -13,9 +13,9 @@ from specdec_ref.lab.bench import format_table
 pytestmark = pytest.mark.slow  # every test here runs the CLI in a subprocess on the real offline pair
 
 
-def _run(*args):
+def _run(*args, **env):
     return subprocess.run([sys.executable, "-m", "specdec_ref", *args], capture_output=True, text=True,
-                          timeout=900, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+                          timeout=900, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1", **env})
 
 
 def test_cli_generates_and_reports_acceptance_and_speed():
@@ -23,6 +23,7 @@ def test_cli_generates_and_reports_acceptance_and_speed():
     assert out.returncode == 0, out.stderr
     assert "acceptance rate" in out.stdout and "tokens/s" in out.stdout and "speedup" in out.stdout
     assert "chain of γ = 2" in out.stdout  # an explicit --gamma overrides the chosen default
+    assert "default method:" not in out.stderr  # ... so the loader does not calibrate to choose one
 
 
 def test_cli_runs_and_names_the_default_method_chosen_on_this_machine():
@@ -43,7 +44,9 @@ def test_cli_rejects_bad_arguments_with_a_message():
 
 def test_bench_writes_table_and_json_with_every_row(tmp_path):
     path = tmp_path / "bench.json"
-    out = _run("bench", "--prompts", "1", "--max-new-tokens", "6", "--json", str(path), "--threads", "2")
+    # the default method's calibration is checked above; here the drafter keeps its own default
+    out = _run("bench", "--prompts", "1", "--max-new-tokens", "6", "--json", str(path), "--threads", "2",
+               SPECDEC_CALIBRATE="0")
     assert out.returncode == 0, out.stderr
     result = json.loads(path.read_text())
     methods = [r["method"] for r in result["rows"]]

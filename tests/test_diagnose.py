@@ -73,6 +73,7 @@ def test_cli_diagnose_prints_a_verdict_and_writes_every_json_key(tmp_path):
                          capture_output=True, text=True, timeout=900,
                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert out.returncode == 0, out.stderr
+    assert "default method:" not in out.stderr  # diagnose calibrates once, itself, not the loader too
     assert "γ =" in out.stdout and ("Use γ" in out.stdout or "will not pay off" in out.stdout)
     result = json.loads(path.read_text())
     for key in ("alpha", "c", "verify_cost", "overhead", "overhead_ms", "best_gamma", "predicted_speedup",

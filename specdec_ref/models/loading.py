@@ -368,20 +368,20 @@ def _auto_candidates(device: torch.device, draft: str) -> list[str]:
 
 
 def load_pair(name: str = "auto", device: torch.device | str | None = None, dtype: torch.dtype | None = None,
-              draft: str = "auto", *, prepack: bool | None = None):
-    """'offline', 'auto', or a key of PAIRS -> (target, draft, tokenizer). `draft` applies to the offline
-    pair.
+              draft: str = "auto", *, prepack: bool | None = None, choose_method: bool = True):
+    """'offline', 'auto', or a key of PAIRS -> (target, draft, tokenizer). `draft` and `choose_method` apply
+    to the offline pair (`load_offline_pair`; False skips the calibration where the caller names its method).
 
     "auto" walks the cost model's candidates, best first: a pair whose float16 overflows with nothing
     wider fitting (`Float16Overflow`) gives way to the next, with a printed line.
     """
     device = torch.device(device) if device is not None else default_device()
     if name != "auto":
-        return _load_named(name, device, dtype, draft, prepack)
+        return _load_named(name, device, dtype, draft, prepack, choose_method)
     candidates = _auto_candidates(device, draft)
     for i, candidate in enumerate(candidates):
         try:
-            return _load_named(candidate, device, dtype, draft, prepack)
+            return _load_named(candidate, device, dtype, draft, prepack, choose_method)
         except Float16Overflow as err:
             problem = str(err).split(":")[0]
         following = candidates[i + 1] if i + 1 < len(candidates) else None
@@ -390,9 +390,9 @@ def load_pair(name: str = "auto", device: torch.device | str | None = None, dtyp
                      "small pair, or PAIR = 'offline'")
 
 
-def _load_named(name: str, device: torch.device, dtype, draft: str, prepack):
+def _load_named(name: str, device: torch.device, dtype, draft: str, prepack, choose_method: bool = True):
     if name == "offline":
-        return load_offline_pair(device, dtype, draft, prepack=prepack)
+        return load_offline_pair(device, dtype, draft, prepack=prepack, choose_method=choose_method)
     if name not in PAIRS:
         raise ValueError(f"unknown pair {name!r}; choose 'auto', 'offline' or one of {sorted(PAIRS)}")
     return load_hf_pair(PAIRS[name].target, PAIRS[name].draft, device, dtype, prepack=prepack)
