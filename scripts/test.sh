@@ -19,17 +19,6 @@ lint-imports
 echo "== unit and statistical tests"
 # two workers: every test runs single-threaded (tests/conftest.py); a module marked xdist_group stays on one
 python -m pytest -q -n 2 --dist loadgroup -m "not kernel" tests
-python -m pytest -q -m kernel tests -k "not segment_runs_alone"  # tests that start a Jupyter kernel, outside the workers
-# The workshop plan's segments, each alone in a fresh kernel (book/workshop_plan.yml): two processes, one core each
-seg() { OMP_NUM_THREADS=1 python -m pytest -q -p no:cacheprovider -m kernel tests/test_workshop_plan.py -k "$1"; }
-seglogs=$(mktemp -d)
-seg "segment_runs_alone and (ch1 or ch2 or ch3)" > "$seglogs/a.log" 2>&1 & s1=$!
-seg "segment_runs_alone and not (ch1 or ch2 or ch3)" > "$seglogs/b.log" 2>&1 & s2=$!
-r1=0 r2=0
-wait $s1 || r1=$?
-wait $s2 || r2=$?
-cat "$seglogs/a.log" "$seglogs/b.log" && rm -rf "$seglogs"
-[ $r1 = 0 ] && [ $r2 = 0 ] || { echo "a workshop segment failed (see above)" >&2; exit 1; }
 
 echo "== a reader's runtime: the package and its runtime dependencies only (.venv-reader)"
 bash scripts/setup_reader.sh
@@ -37,28 +26,36 @@ if .venv-reader/bin/python -c "import myst_nb" 2>/dev/null || .venv-reader/bin/p
   echo "the reader's runtime must not have myst-nb or jupyter-book" >&2; exit 1
 fi
 
-echo "== chapters (nbmake in the reader's runtime, SPECDEC_QUICK=$SPECDEC_QUICK)"
+echo "== chapters (nbmake in the reader's runtime, SPECDEC_QUICK=$SPECDEC_QUICK), the workshop plan's segments" \
+     "(book/workshop_plan.yml: each alone in a fresh kernel) and the other kernel tests: two at a time"
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 cp -r book _config.yml _toc.yml "$scratch"/
-# Two pytest processes, one core each, with the chapters split into two bins of about equal time (quick mode:
-# chapters 5 + 6 take about as long as all the others together). A fixed split keeps both cores busy to the end;
-# a new chapter lands in the first bin.
-heavy=(05_choosing_a_draft 06_in_production)
-first=() second=()
-for name in "${heavy[@]}"; do second+=("$scratch/book/$name.ipynb"); done
-for nb in "$scratch"/book/*.ipynb; do
-  [[ " ${heavy[*]} " == *" $(basename "$nb" .ipynb) "* ]] || first+=("$nb")
-done
 cell_timeout=$([ "$SPECDEC_QUICK" = 0 ] && echo 900 || echo 300)  # quick-mode cells take a minute at most
-chapters() { OMP_NUM_THREADS=1 .venv-reader/bin/python -m pytest -q -p no:cacheprovider --nbmake --nbmake-timeout=$cell_timeout --overwrite "$@"; }
-chapters "${first[@]}" > "$scratch/first.log" 2>&1 & p1=$!
-chapters "${second[@]}" > "$scratch/second.log" 2>&1 & p2=$!
-r1=0 r2=0
-wait $p1 || r1=$?
-wait $p2 || r2=$?
-cat "$scratch/first.log" "$scratch/second.log"
-[ $r1 = 0 ] && [ $r2 = 0 ] || { echo "a chapter failed (see above)" >&2; exit 1; }
+# One list of jobs, one core each, the longest first (quick mode on 2 cores: chapters 5 and 6 take minutes,
+# a chapter's segments one to four, the other chapters one or two), so both cores stay busy to the end.
+# scripts/nbclient_poll.py runs nbmake with kernel messages read in slices of a second: after a widget cell
+# nbclient could otherwise sit out a whole cell timeout (jupyter/nbclient#312; the kernel tests use the same).
+chapter() {
+  printf 'chapter %s\tOMP_NUM_THREADS=1 .venv-reader/bin/python scripts/nbclient_poll.py -q -p no:cacheprovider --nbmake --nbmake-timeout=%s --overwrite %s\n' \
+    "$1" "$cell_timeout" "$scratch/book/$1.ipynb"
+}
+segments() {
+  printf 'segments of %s\tOMP_NUM_THREADS=1 python -m pytest -q -p no:cacheprovider -m kernel tests/test_workshop_plan.py -k "segment_runs_alone and %s"\n' \
+    "$1" "$1"
+}
+heavy=(05_choosing_a_draft 06_in_production)
+{
+  for name in "${heavy[@]}"; do chapter "$name"; done
+  for ch in ch5 ch6 ch4 ch3 ch1; do segments "$ch"; done
+  for nb in "$scratch"/book/*.ipynb; do
+    name=$(basename "$nb" .ipynb)
+    [[ " ${heavy[*]} " == *" $name "* ]] || chapter "$name"
+  done
+  printf 'kernel tests\tOMP_NUM_THREADS=1 python -m pytest -q -p no:cacheprovider -m kernel tests -k "not segment_runs_alone"\n'
+  segments ch2
+} > "$scratch/jobs.txt"
+python scripts/run_jobs.py --parallel 2 "$scratch/jobs.txt" || { echo "a chapter, segment or kernel test failed (see above)" >&2; exit 1; }
 
 echo "== book (jupyter-book, -W -n --keep-going, from the executed chapters)"
 # The chapters ran once, above; the book renders their outputs (glued numbers included) without re-running them.

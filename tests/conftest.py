@@ -43,3 +43,16 @@ def offline_pair():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return load_offline_pair(dtype=torch.float32, draft="lm")
+
+
+@pytest.fixture
+def nbclient():
+    """nbclient, with kernel messages read in slices of a second (scripts/nbclient_poll.py): after a widget
+    cell it could otherwise sit out a whole cell timeout (jupyter/nbclient#312)."""
+    import sys
+    from pathlib import Path
+    nbclient = pytest.importorskip("nbclient")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import nbclient_poll
+    nbclient_poll.install()
+    return nbclient

@@ -91,18 +91,16 @@ def test_solution_tag_and_hidden_solution_cells_are_removed():
 
 @pytest.mark.slow
 @pytest.mark.kernel
-def test_one_student_notebook_runs_and_its_checkers_say_not_attempted(students):
+def test_one_student_notebook_runs_and_its_checkers_say_not_attempted(students, nbclient):
     """Execute chapter 2's student copy (the shortest chapter with checkers) where the environment asks for
     full mode: it runs in quick mode all the same, without an error, and its checkers, untouched, say
     "Not attempted yet"."""
-    nbclient = pytest.importorskip("nbclient")
     path = students / "02_draft_and_verify.ipynb"
     nb = nbformat.read(path, as_version=4)
     env_before = dict(os.environ)
     os.environ.update(SPECDEC_QUICK="0", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1")
     try:
-        # 300 s: a quick-mode cell takes a minute at most, and an nbclient stall (#312) sits out the whole
-        # timeout
+        # 300 s: a quick-mode cell takes a minute at most
         nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
                                 resources={"metadata": {"path": str(ROOT / "book")}}).execute()
     finally:

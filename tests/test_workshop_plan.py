@@ -326,8 +326,7 @@ def _cell_seconds(nb) -> list[tuple[float, str]]:
 @pytest.mark.slow
 @pytest.mark.kernel
 @pytest.mark.parametrize("seg", segments(load_plan()), ids=lambda s: s["id"])
-def test_segment_runs_alone_in_a_fresh_kernel(seg):
-    nbclient = pytest.importorskip("nbclient")
+def test_segment_runs_alone_in_a_fresh_kernel(seg, nbclient):
     nb = segment_notebook(load_plan(), seg)
     env_before = dict(os.environ)
     os.environ.update(SPECDEC_QUICK="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1")
