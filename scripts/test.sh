@@ -32,7 +32,7 @@ scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 cp -r book _config.yml _toc.yml "$scratch"/
 cell_timeout=$([ "$SPECDEC_QUICK" = 0 ] && echo 900 || echo 300)  # quick-mode cells take a minute at most
-# One list of jobs, one core each, the longest first (quick mode on 2 cores: chapters 5 and 6 take minutes,
+# One list of jobs, one core each, the longest first (quick mode on 2 cores: chapters 3, 5 and 6 take minutes,
 # a chapter's segments one to four, the other chapters one or two), so both cores stay busy to the end.
 # scripts/nbclient_poll.py runs nbmake with kernel messages read in slices of a second: after a widget cell
 # nbclient could otherwise sit out a whole cell timeout (jupyter/nbclient#312; the kernel tests use the same).
@@ -44,7 +44,7 @@ segments() {
   printf 'segments of %s\tOMP_NUM_THREADS=1 python -m pytest -q -p no:cacheprovider -m kernel tests/test_workshop_plan.py -k "segment_runs_alone and %s"\n' \
     "$1" "$1"
 }
-heavy=(05_choosing_a_draft 06_in_production)
+heavy=(03_exact 05_choosing_a_draft 06_in_production)
 {
   for name in "${heavy[@]}"; do chapter "$name"; done
   for ch in ch5 ch6 ch4 ch3 ch1; do segments "$ch"; done
