@@ -94,7 +94,8 @@ def test_real_pair_prepacked_matches_plain_and_every_drafter_stays_greedy_exact(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         plain, tok = sd.load_offline_target(dtype=torch.float32, prepack=False)
-        target, feature, _ = sd.load_offline_pair(dtype=torch.float32, draft="feature", prepack=True)
+        target, feature, _ = sd.load_offline_pair(dtype=torch.float32, draft="feature", prepack=True,
+                                                  choose_method=False)  # the methods are named below
         _, lm_draft, _ = sd.load_offline_pair(dtype=torch.float32, draft="lm", prepack=True)
     ids = sd.encode_chat(tok, "Name three rivers in Europe.")
     with torch.inference_mode():

@@ -6,7 +6,9 @@ the cells it needs or the segment itself (a static check, before any kernel star
 instructors.md holds the tables rendered from the plan.
 
 Kernel tests: each segment runs alone, in a fresh kernel, in quick mode: a notebook made of the chapter's
-setup cells, the cells the segment needs and its own cells, in the chapter's order, and nothing else.
+setup cells, the cells the segment needs and its own cells, in the chapter's order, and nothing else. A
+segment that is exactly its chapter's first code cells is skipped: CI's run of the chapter (scripts/test.sh)
+starts by running it just so, in a fresh kernel.
 
     python tests/test_workshop_plan.py --write   # re-render the plan's tables into book/instructors.md
 """
