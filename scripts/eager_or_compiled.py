@@ -51,7 +51,7 @@ for item in args.package:
     use = aot_use.first_load(target, lambda r=runner: aot.CompiledCachedModel(target, r), Path(path))
     paths[name] = aot.CompiledPass(target, runner, Path(path), use.pad_single)
 if not paths:
-    compiled = target.__dict__.get("_specdec_compiled")
+    compiled = aot.compiled_pass(target)
     if compiled is None:
         raise SystemExit("no compiled pass on this machine: run python -m specdec_ref compile")
     paths["compiled"] = compiled
@@ -63,9 +63,9 @@ methods = {"plain": None} | {method_name(m): m for m in
 
 
 def run(path, method, ids):  # one generation of `method` with the target on `path`
-    target.__dict__.pop("_specdec_compiled", None)
+    target.__dict__.pop(aot.COMPILED_PASS, None)
     if path is not None:
-        target.__dict__["_specdec_compiled"] = path
+        target.__dict__[aot.COMPILED_PASS] = path
     opts = dict(sampling=sampling, generator=g)
     if method is None:
         return sd.autoregressive_generate(target, ids, args.tokens, **opts)

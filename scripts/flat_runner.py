@@ -23,7 +23,7 @@ from specdec_ref.distill.prompts import HELD_OUT  # noqa: E402
 from specdec_ref.models.aot import FlatRunner, pass_mask  # noqa: E402
 
 target, drafter, tok = sd.load_offline_pair(draft="feature")
-compiled, head = target.__dict__.get("_specdec_compiled"), drafter.head
+compiled, head = sd.models.aot.compiled_pass(target), drafter.head
 if compiled is None or not isinstance(getattr(head, "runner", None), FlatRunner):
     raise SystemExit("no compiled target or head on this machine: run python -m specdec_ref compile")
 flat = {"target": compiled.runner, "head": head.runner}

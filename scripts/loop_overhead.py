@@ -77,7 +77,7 @@ def timed_reduced(self, hidden):  # the feature head's and the LM draft's output
 ReducedHead.reduced_logits = timed_reduced
 
 
-compiled = target.__dict__.get("_specdec_compiled")
+compiled = sd.models.aot.compiled_pass(target)
 if compiled is not None:
     compiled.runner = inside.wrap(compiled.runner, is_target=True)  # a compiled pass: no hooks fire
 if type(feature.head).__name__ == "CompiledHead":

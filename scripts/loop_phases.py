@@ -39,7 +39,7 @@ from specdec_ref.models import aot, aot_head  # noqa: E402
 from specdec_ref.models.method import parse_method  # noqa: E402
 
 target, draft, tok = sd.load_offline_pair(draft="feature")
-compiled = target.__dict__.get("_specdec_compiled")
+compiled = sd.models.aot.compiled_pass(target)
 if compiled is None or not isinstance(draft.head, aot_head.CompiledHead):
     raise SystemExit("no compiled target or head on this machine: run python -m specdec_ref compile")
 inside, spent = InsideClock(), collections.Counter()

@@ -213,7 +213,13 @@ class CachedModel:
 BUCKET = 256  # static buffers hold a multiple of this many tokens: many lengths share one set of them
 COMPILE_OPTIONS = dict(mode="reduce-overhead")  # torch.compile's options for cache="compiled": CUDA graphs
 STATIC_CACHES = "_specdec_static_caches"  # the model attribute that keeps its static caches (`_static_model`)
+COMPILED_PASS = "_specdec_compiled"  # the model attribute that holds its compiled pass (`models.aot.attach`)
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # torch.compile modes that capture CUDA graphs
+
+
+def compiled_pass(model):
+    """The compiled pass `models.aot.attach` gave this model (the loops run it through that), or None."""
+    return model.__dict__.get(COMPILED_PASS)
 
 
 def bucket(n_tokens: int) -> int:
@@ -349,7 +355,7 @@ def cached_model(model, *, keep_hidden: bool | tuple[int, ...] = False, cache: s
     a tree's), to which shorter passes are padded (`StaticCachedModel.pad_query`).
     """
     if cache == "auto":  # the model's compiled pass if it has one (models.aot.attach), else a dynamic cache
-        compiled = model.__dict__.get("_specdec_compiled")
+        compiled = compiled_pass(model)
         if compiled is not None and not isinstance(keep_hidden, tuple):
             return compiled.lm(keep_hidden, name)
         cache = "dynamic"

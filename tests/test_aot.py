@@ -618,3 +618,21 @@ def test_a_package_whose_outputs_are_not_a_flat_tuple_is_called_the_usual_way():
     assert not runner.flat
     x = torch.ones(2)
     assert runner(x)["logits"] is x
+
+
+def test_set_aside_takes_the_compiled_pass_off_inside_the_block_and_puts_it_back_even_on_an_error():
+    model, package = tiny_llama(8, seed=0), object()
+    model.__dict__[aot.COMPILED_PASS] = package
+    try:
+        assert aot.compiled_pass(model) is package
+        with aot.set_aside(model):
+            assert aot.compiled_pass(model) is None  # the loops would run the eager model here
+        assert aot.compiled_pass(model) is package
+        with pytest.raises(RuntimeError), aot.set_aside(model):
+            raise RuntimeError("a failed measurement")
+        assert aot.compiled_pass(model) is package
+    finally:
+        model.__dict__.pop(aot.COMPILED_PASS, None)
+    with aot.set_aside(model):  # nothing attached: nothing to set aside, nothing put back
+        pass
+    assert aot.compiled_pass(model) is None

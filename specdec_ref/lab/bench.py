@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from ..cache import compiled_pass
 from ..models import encode_chat
 from ..device import seconds_since, start_timer
 from ..drafters import TreeDrafter
@@ -247,7 +248,7 @@ def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: i
         f"speculative, ours (γ={gamma})": lambda ids: speculative_generate(target, draft, ids, max_new_tokens,
                                                                             gamma=gamma, **opts),  # a chain
     }
-    if "_specdec_compiled" in target.__dict__:  # models.aot: the eager path beside the compiled one
+    if compiled_pass(target) is not None:  # models.aot: the eager path beside the compiled one
         methods[EAGER_PLAIN] = lambda ids: autoregressive_generate(target, ids, max_new_tokens,
                                                                    cache="dynamic", **opts)
     drafter = as_drafter(draft)

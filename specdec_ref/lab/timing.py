@@ -23,7 +23,7 @@ from torch import nn
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 
-from ..cache import cache_kwargs
+from ..cache import cache_kwargs, compiled_pass
 from ..device import default_device, seconds_since, start_timer
 from ..models.gpus import SPEC_SHEETS, SpecSheet, spec_sheet_for  # noqa: F401 (chapters use timing.*)
 from ..models.kernels import plain_path
@@ -428,8 +428,8 @@ def latency_curve(model, ks: Sequence[int], context_len: int = 128, batch_size: 
     (`python -m specdec_ref compile`, `models.aot`) is timed through it at batch size 1, as the loops run it.
     """
     device = _model_device(model)
-    if batch_size == 1 and getattr(model, "_specdec_compiled", None) is not None:
-        call = _compiled_passes(model._specdec_compiled.lm(), model, context_len, seed)
+    if batch_size == 1 and compiled_pass(model) is not None:
+        call = _compiled_passes(compiled_pass(model).lm(), model, context_len, seed)
         calls = [(k, False, call(k, False)) for k in ks] + [(k, True, call(k, True)) for k in sequential_ks]
     else:
         cache = prefilled_cache(model, context_len, batch_size, seed)

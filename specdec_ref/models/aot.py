@@ -41,7 +41,8 @@ from torch import nn
 from transformers import AttentionInterface, StaticCache
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from ..cache import STATIC_CACHES, CachedModel, additive_mask, cache_kwargs
+from ..cache import COMPILED_PASS, STATIC_CACHES, CachedModel, additive_mask, cache_kwargs
+from ..cache import compiled_pass  # noqa: F401 (chapters and scripts read it as aot.compiled_pass)
 from ..device import chip_name, package_version
 from . import aot_use, bf16_gemm
 from .kv import copy_prefix, kv_buffers, kv_shape, move_rows
@@ -347,13 +348,13 @@ class CompiledPass:
 
 
 def attach(model, *, enabled: bool | None = None) -> CompiledPass | None:
-    """Load this model's package, if this machine has built one, and attach it (`model._specdec_compiled`)
+    """Load this model's package, if this machine has built one, and attach it (`compiled_pass(model)`)
     where it decodes faster than the eager model (`aot_use.first_load`); return it, or None (no package,
     SPECDEC_AOT=0, a model it cannot serve, or slower than eager here). enabled=True, or SPECDEC_AOT=1,
     attaches it whatever it measured."""
     forced = enabled is True or (enabled is None and os.environ.get("SPECDEC_AOT") == "1")
     enabled = switched_on() if enabled is None else enabled
-    model.__dict__.pop("_specdec_compiled", None)
+    model.__dict__.pop(COMPILED_PASS, None)
     if not enabled or supported(model, for_build=False) is not None:
         return None
     path = package_path(model)
@@ -364,19 +365,27 @@ def attach(model, *, enabled: bool | None = None) -> CompiledPass | None:
     if not (forced or use.faster_than_eager):
         return None
     compiled = CompiledPass(model, runner, path, use.pad_single)
-    model.__dict__["_specdec_compiled"] = compiled
+    model.__dict__[COMPILED_PASS] = compiled
     return compiled
+
+
+@contextmanager
+def set_aside(model, *attributes: str):
+    """The model without these attributes (default: its compiled pass) inside the block, as they were after:
+    `with aot.set_aside(target):` times or changes the eager model where the loops would run the package."""
+    kept = {k: model.__dict__.pop(k) for k in attributes or (COMPILED_PASS,) if k in model.__dict__}
+    try:
+        yield model
+    finally:
+        model.__dict__.update(kept)
 
 
 def copy_model(model):
     """A deep copy of model without its compiled pass or kept static caches: the package holds the original's
     weights, so a copy that kept it (and was then cast, quantised or trained) would still run the original's
     pass; the caches are the original's buffers (`cache.cached_model`)."""
-    kept = {k: model.__dict__.pop(k) for k in ("_specdec_compiled", STATIC_CACHES) if k in model.__dict__}
-    try:
+    with set_aside(model, COMPILED_PASS, STATIC_CACHES):
         return copy.deepcopy(model)
-    finally:
-        model.__dict__.update(kept)
 
 
 def room_for(kv: list[torch.Tensor], used: int, end: int, make, what: str) -> list[torch.Tensor]:

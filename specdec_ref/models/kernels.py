@@ -22,6 +22,8 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from ..cache import compiled_pass
+
 _plain = False  # True inside `plain_path()`: every PrepackedLinear takes F.linear
 
 
@@ -373,7 +375,7 @@ def n_int4(model: nn.Module) -> int:
 
 def kernel_path(model: nn.Module) -> str:
     """Which matrix kernel the model's linear layers use, in words (for diagnose and the CLI)."""
-    compiled = model.__dict__.get("_specdec_compiled")
+    compiled = compiled_pass(model)
     if compiled is not None:  # models.aot: the loops run the model through its compiled pass
         return f"Inductor's compiled pass (AOTInductor package {compiled.path.name}; SPECDEC_AOT=0 opts out)"
     params = next(model.parameters(), None)
