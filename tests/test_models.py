@@ -318,3 +318,30 @@ def test_auto_moves_to_the_next_pair_when_float16_overflows_and_nothing_wider_fi
     monkeypatch.setattr(M, "_auto_candidates", lambda device, draft: ["qwen2.5"])
     with pytest.raises(ValueError, match="every pair"):
         M.load_pair("auto", device="cpu")
+
+
+def test_the_dequantised_copy_is_written_whole_even_when_another_process_finishes_it_first(tmp_path):
+    """Two processes on a fresh machine (CI's two test workers) can both find no copy of the offline target
+    and both write one: the one that renames second keeps the first one's copy, without an error, and no
+    half-written folder is left behind. The race is played out in order: the second writer runs, start to
+    finish, while the first is writing."""
+    out = tmp_path / "SmolLM2-135M-Instruct-f32"
+
+    def writer(tag, during=None):
+        def write(folder):
+            (folder / "config.json").write_text(tag)
+            if during:
+                during()
+            (folder / "model.safetensors").write_text(tag)
+        return write
+    M.write_whole(out, writer("first", during=lambda: M.write_whole(out, writer("second"))))
+    assert (out / "config.json").read_text() == "second" == (out / "model.safetensors").read_text()
+    assert [p.name for p in tmp_path.iterdir()] == [out.name]  # no temporary folder left
+
+    def broken(folder):
+        (folder / "part").write_text("x")
+        raise OSError("disk full")
+    other = tmp_path / "other"
+    with pytest.raises(OSError, match="disk full"):
+        M.write_whole(other, broken)
+    assert [p.name for p in tmp_path.iterdir()] == [out.name]  # neither a copy nor a half of one

@@ -7,6 +7,8 @@ from __future__ import annotations
 import gc
 import importlib.metadata
 import os
+import shutil
+import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,10 +56,32 @@ def _dequantise_offline_target(out: Path) -> None:
                                   model_type=model.config.model_type)
     clean = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     clean.load_state_dict(model.state_dict())
-    tmp = out.with_name(out.name + ".tmp")
-    clean.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    tmp.rename(out)
+
+    def write(folder: Path) -> None:
+        clean.save_pretrained(folder, safe_serialization=True)
+        tokenizer.save_pretrained(folder)
+    write_whole(out, write)
+
+
+def _complete(folder: Path) -> bool:
+    return (folder / "config.json").exists()
+
+
+def write_whole(out: Path, write) -> None:
+    """write(folder) into a new folder beside `out`, then rename it to `out` in one step: a reader finds the
+    whole copy or none. Where another process finished the same copy first (two test workers, or a notebook
+    and the CLI, on a fresh machine), its copy stays and this one is dropped."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))  # this process's own
+    try:
+        tmp.chmod(0o755)
+        write(tmp)
+        try:
+            tmp.rename(out)
+        except OSError:
+            if not _complete(out):  # not a finished copy beside ours: a real error
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def load_offline_target(device: torch.device | str | None = None, dtype: torch.dtype = torch.float32, *,
@@ -80,7 +104,7 @@ def load_offline_target(device: torch.device | str | None = None, dtype: torch.d
                              "pass dtype=torch.bfloat16 or leave int4 off")
         four_bit = False  # SPECDEC_INT4=1 where it cannot pay: the weights as loaded
     path = cache_dir() / "SmolLM2-135M-Instruct-f32"
-    if not (path / "config.json").exists():
+    if not _complete(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         _dequantise_offline_target(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32 if four_bit else dtype,
