@@ -38,25 +38,24 @@ def run_jobs(jobs: list[tuple[str, str]], parallel: int = 2, out=None) -> list[s
     out = out or sys.stdout
     if parallel < 1:
         raise ValueError(f"parallel must be >= 1, got {parallel}")
-    failed, running, queue = [], {}, list(enumerate(jobs))
-    with tempfile.TemporaryDirectory() as logs:
-        while queue or running:
-            while queue and len(running) < parallel:
-                i, (name, command) = queue.pop(0)
-                log = open(Path(logs) / f"{i}.log", "w+", encoding="utf-8")
-                proc = subprocess.Popen(command, shell=True, stdout=log, stderr=subprocess.STDOUT,
-                                        executable="/bin/bash")
-                running[proc] = (name, log, time.perf_counter())
-            time.sleep(0.2)
-            for proc in [p for p in running if p.poll() is not None]:
-                name, log, start = running.pop(proc)
-                log.seek(0)
-                status = "ok" if proc.returncode == 0 else f"FAILED (exit {proc.returncode})"
-                print(f"---- {name}: {status} in {time.perf_counter() - start:.0f} s", file=out)
-                print(log.read(), end="", file=out, flush=True)
-                log.close()
-                if proc.returncode != 0:
-                    failed.append(name)
+    failed, running, queue = [], {}, list(jobs)
+    while queue or running:
+        while queue and len(running) < parallel:
+            name, command = queue.pop(0)
+            log = tempfile.TemporaryFile("w+", encoding="utf-8")  # gone when closed
+            proc = subprocess.Popen(command, shell=True, stdout=log, stderr=subprocess.STDOUT,
+                                    executable="/bin/bash")
+            running[proc] = (name, log, time.perf_counter())
+        time.sleep(0.2)
+        for proc in [p for p in running if p.poll() is not None]:
+            name, log, start = running.pop(proc)
+            log.seek(0)
+            status = "ok" if proc.returncode == 0 else f"FAILED (exit {proc.returncode})"
+            print(f"---- {name}: {status} in {time.perf_counter() - start:.0f} s", file=out)
+            print(log.read(), end="", file=out, flush=True)
+            log.close()
+            if proc.returncode != 0:
+                failed.append(name)
     return failed
 
 

@@ -353,10 +353,11 @@ def _cell_seconds(nb) -> list[tuple[float, str]]:
 @pytest.mark.kernel
 @pytest.mark.parametrize("seg", segments(load_plan()), ids=lambda s: s["id"])
 def test_segment_runs_alone_in_a_fresh_kernel(seg, nbclient):
-    if n := chapter_prefix(load_plan(), seg):
+    plan = load_plan()
+    if n := chapter_prefix(plan, seg):
         pytest.skip(f"segment {seg['id']} is the first {n} code cells of {seg['chapter']}: the chapter's run "
                     "in a fresh kernel (scripts/test.sh) runs it exactly as it runs alone")
-    nb = segment_notebook(load_plan(), seg)
+    nb = segment_notebook(plan, seg)
     env_before = dict(os.environ)
     os.environ.update(SPECDEC_QUICK="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1")
     t0 = time.perf_counter()
