@@ -24,13 +24,14 @@ never on the guess itself or on this verification's draws: a stopping time of th
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Protocol, runtime_checkable
 
 import torch
 from transformers import DynamicCache
 
 from .cache import cached_model, vocab_size
-from .sampling import SamplingConfig, draw, draw_among, point_masses
+from .sampling import SamplingConfig, draw, point_masses, spread
 from .tree import GrowingTree, Tree, TreeBudget, draft_tree, tree_depth, tree_node_positions, tree_rows_mask
 
 
@@ -326,9 +327,8 @@ class FeatureDrafter:
             raise ValueError(f"sharpness multiplies the head's logits before sampling: a positive finite "
                              f"number (1: the head's own q; see quality.json), got {sharpness!r}")
         self.head, self.default_gamma, self.confidence_stop = head, default_gamma, confidence_stop
-        # q ∝ exp(sharpness · logits / T) when sampling: fitted once, so the head's q is as sharp as the
-        # target's p (scripts/draft_sharpness.py); greedy drafting ranks tokens and ignores it
-        self.sharpness = float(sharpness)
+        # q ∝ exp(sharpness · logits / T) when sampling, fitted so the head's q is as sharp as the target's p
+        self.sharpness = float(sharpness)  # (scripts/draft_sharpness.py); greedy drafting ignores it
         self.default_tree = default_tree  # a TreeBudget: what speculative_generate runs when gamma is None
         # {"greedy": method, "sampled": method} chosen by measurement (models.method)
         self.defaults = defaults
@@ -356,12 +356,11 @@ class FeatureDrafter:
             if greedy:  # the argmax (a compiled head's package brings it); the one-hot rows come at the end
                 token = self.head.greedy_tokens(f)  # [1]
                 unsure = False
-            else:  # logits_to_probs over the K entries, as for the target; the [V] row filled in after
-                # the logits of the head's own K tokens (every other token's is -inf), ids ascending: ties
-                # and cumulative sums go in vocabulary order, as over all V
-                rows, ids = self.head.reduced_logits(f)  # [1, K], [K]
-                token, p = draw_among(self.sharpness * rows[0], ids, self.vocab_size, sampling, generator)
-                probs.append(p)
+            else:  # drawn over the head's own K tokens (ids ascending), as over all V (`draw_among`)
+                rows, ids = self.head.reduced_logits(f)  # [1, K], [K]; every other token's logit is -inf
+                k, p = draw(self.sharpness * rows[0], sampling, generator)  # [1], [K]
+                token = ids[k]
+                probs.append(p)  # spread to [V] at the end
                 unsure = self.confidence_stop is not None and rows[0].softmax(-1).max() < self.confidence_stop
             tokens.append(token)
             if len(tokens) == gamma or unsure:
@@ -372,7 +371,7 @@ class FeatureDrafter:
         self.calls += len(tokens) - 1
         tokens = torch.cat(tokens)  # [≤γ]
         return tokens, (point_masses(tokens, self.vocab_size, self.head.fc.weight.dtype) if greedy
-                        else torch.stack(probs))
+                        else spread(torch.stack(probs), ids, self.vocab_size))  # [≤γ, K] -> [≤γ, V]
 
     def feed_context(self, context_ids: torch.Tensor) -> torch.Tensor:  # [T] -> [d]
         """Cache the pairs (h_j, x_{j+1}) not fed yet, j < T - 1; return the last one's output: a guess of
@@ -398,9 +397,10 @@ class FeatureDrafter:
             return root_only(context_ids)
         feature = {0: self.feed_context(context_ids)}  # node -> the head's output there ([d], a guess of h)
         fed, dtype = [], self.head.fc.weight.dtype
-        # growth only ranks children: the head's own K-token vocabulary will do; a static tree needs
-        # [k, V] rows
-        scores = self.head.reduced_logits if isinstance(shape, TreeBudget) else self.head.logits
+        # growth ranks children: the head's own K tokens will do, and greedy growth reads each node's best
+        # only (`sampling.Ranked`: a compiled head brings them); a static tree needs [k, V] rows
+        scores = (partial(self.head.ranked, w=shape.topk) if isinstance(shape, TreeBudget) and sampling.greedy
+                  else self.head.reduced_logits if isinstance(shape, TreeBudget) else self.head.logits)
         if not sampling.greedy and self.sharpness != 1.0:
             scores = sharpened(scores, self.sharpness)
 
@@ -413,7 +413,7 @@ class FeatureDrafter:
             feature.update(zip(nodes, f))
             fed.extend(nodes)
             self.calls += 1
-            return scores(f)  # [k, V], or ([k, K], [K])
+            return scores(f)  # [k, V], or ([k, K], [K]), or Ranked [k, topk] (greedy growth)
 
         tree, tokens, draft_probs = draft_tree(shape, int(context_ids[-1]), scores(feature[0]), expand,
                                                sampling, generator, max_depth, self.vocab_size)

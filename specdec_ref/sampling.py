@@ -8,6 +8,7 @@ the ones being sampled, and exactness would silently break.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -97,24 +98,56 @@ def draw_among(logits: torch.Tensor, ids: torch.Tensor, vocab_size: int, samplin
     row is scattered out once at the end. `ids` ascending keeps the cumulative sum in vocabulary order, so
     one uniform draws the same token as `draw` over the full row would."""
     token, probs = draw(logits, sampling, generator)  # [1], [K]
-    return ids[token], probs.new_zeros(vocab_size).index_copy_(0, ids, probs)
+    return ids[token], spread(probs, ids, vocab_size)
 
 
-def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:  # [V] -> [1]
+def spread(probs: torch.Tensor, ids: torch.Tensor,
+           vocab_size: int) -> torch.Tensor:  # [..., K], [K] -> [..., V]
+    """Rows over the K tokens `ids` as rows over the whole vocabulary, zero for every other token. A draft
+    that draws several tokens over the same K spreads their rows once, at the end (one pass, not one a
+    row)."""
+    return probs.new_zeros(*probs.shape[:-1], vocab_size).index_copy_(-1, ids, probs)
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None = None,
+           otherwise: torch.Tensor | None = None) -> torch.Tensor:  # [V] -> [1]
     """Draw one token id from a probability vector, by inverting its cumulative distribution.
 
     One uniform u, a cumulative sum and a binary search: the token is the first whose cumulative mass exceeds
     u * total. (torch.multinomial gives the same distribution, but costs about 30 times as much on a
-    50k-token vocabulary, several times per iteration of the loop.)
+    50k-token vocabulary, several times per iteration of the loop.) Since u is scaled by the total, probs
+    may be any non-negative multiple of a distribution: normalising first changes nothing. otherwise: the
+    row to draw from instead where probs has no mass at all (a residual of two equal rows, `verify`).
     """
     cdf = probs.cumsum(-1, dtype=torch.float64)  # [V], float64 so that tiny probabilities keep their share
     u = torch.rand(1, generator=generator, device=probs.device, dtype=torch.float64) * cdf[-1]  # [1]
     token = torch.searchsorted(cdf, u, right=True)  # [1]; the found token has p > 0 whenever u < total
     if int(token) == probs.shape[-1]:  # rounding put u at the total: take the last token with p > 0
         positive = (probs > 0).nonzero()
+        if otherwise is not None and positive.numel() == 0 and bool(torch.isfinite(cdf[-1])):
+            return sample(otherwise, generator)
         if not bool(torch.isfinite(cdf[-1])) or positive.numel() == 0:
             raise ValueError("cannot sample: the probabilities hold NaN or inf, or no positive mass; "
                              "the logits they came from were not finite "
                              "(a float16 overflow? load the model in torch.bfloat16 or torch.float32)")
         token = positive[-1]
     return token
+
+
+class Ranked(NamedTuple):
+    """Each expanded node's most likely children under the draft, best first: all that a greedy tree's growth
+    reads of a draft pass. A draft may bring them ready-made (a compiled head's package ranks the rows it
+    makes), which saves the loop a pass over every row's logits; `ranked` makes them from logits."""
+    logp: torch.Tensor  # [n, w] float32: their log-probabilities (log-softmax over the draft's vocabulary)
+    tokens: torch.Tensor  # [n, w] their token ids
+
+
+def ranked(logits: torch.Tensor, ids: torch.Tensor | None,
+           w: int) -> Ranked:  # [..., V] or [..., K] -> [..., w] twice
+    """The w most likely tokens of each row, best first; ids [K] maps the columns of reduced logits to token
+    ids (None: the columns are the ids)."""
+    top = logits.topk(w, dim=-1)
+    # the log-softmax of the top w only: a float32 log_softmax kernel and a gather (logsumexp instead takes
+    # about ten small steps, twice the time)
+    logp = logits.log_softmax(-1, dtype=torch.float32).gather(-1, top.indices)
+    return Ranked(logp, top.indices if ids is None else ids[top.indices])

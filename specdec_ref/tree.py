@@ -40,7 +40,7 @@ from typing import Callable
 import torch
 
 from .cache import additive_mask
-from .sampling import SamplingConfig, logits_to_probs, sample
+from .sampling import Ranked, SamplingConfig, logits_to_probs, ranked, sample
 from .verify import residual
 
 
@@ -181,7 +181,8 @@ def tree_depth(shape: Tree | TreeBudget, max_depth: int | None = None) -> int:
 
 # Draft logits [n, V], or, for growth, (logits [n, K], token ids [K]) over a draft's own reduced vocabulary:
 # the tokens left out have probability 0, and ranking K columns instead of V saves the vocabulary-wide work.
-DraftLogits = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
+# Greedy growth also takes the children ready-ranked (`Ranked`, at least budget.topk a node).
+DraftLogits = torch.Tensor | tuple[torch.Tensor, torch.Tensor] | Ranked
 # A draft pass over some nodes of a growing tree: -> their logits. Each drafter writes its own (it knows its
 # cache); the tree rules below only decide which nodes to expand and which children to keep.
 Expand = Callable[[GrowingTree, list[int]], DraftLogits]
@@ -350,23 +351,29 @@ def grow_tree(root_token: int, root_logits: DraftLogits, expand: Expand, budget:
     rows: dict[int, tuple] = {}  # node -> the row its children were drawn from: (q [V], None) or (q [K], ids)
 
     def add_children(nodes: list[int], out: DraftLogits) -> list[int]:  # [len(nodes), V] -> new node ids
+        if isinstance(out, Ranked):  # greedy, ranked by the draft already
+            if sampled or out.tokens.shape[-1] < w:
+                raise ValueError(f"ranked children serve greedy growth, at least topk = {w} a node; got "
+                                 f"{out.tokens.shape[-1]} at {'T > 0' if sampled else 'T = 0'}: give logits")
+            logp, tokens = out.logp[:, :w].tolist(), out.tokens[:, :w].tolist()  # [n, w] each
+            return keep_best(nodes, logp, tokens)
         logits, ids = out if isinstance(out, tuple) else (out, None)
         logits = logits.detach()
-        if sampled:
-            q = logits_to_probs(logits, sampling)  # [n, V] (or [n, K]: the others have probability 0)
-            # the first w draws without replacement: the largest q / E, E ~ Exp(1) (the Gumbel-top-k trick), E
-            # as -log(1 - U) (a fifth of the time of `exponential_` on a CPU); q = 0 has key 0, never kept
-            u = torch.rand(q.shape, generator=generator, device=q.device, dtype=q.dtype)
-            e = u.neg_().log1p_().neg_().clamp_(min=torch.finfo(q.dtype).tiny)
-            top = (q / e).topk(min(w, q.shape[-1]), dim=-1)
-            logp = sibling_scores(q, top.indices).tolist()  # [n, w] by rank (-inf: nothing left to draw)
-            rows.update((v, (q[row], ids)) for row, v in enumerate(nodes))
-        else:
-            top = logits.topk(w, dim=-1)  # [n, w]
-            # [n, w] log-softmax of the top w only, one copy from the device per depth: a float32 copy and one
-            # log_softmax kernel (logsumexp instead takes about ten small steps, twice the time)
-            logp = logits.log_softmax(-1, dtype=torch.float32).gather(-1, top.indices).tolist()
-        tokens = (top.indices if ids is None else ids[top.indices]).tolist()  # [n, w] their token ids
+        if not sampled:
+            top = ranked(logits, ids, w)  # one copy from the device per depth
+            return keep_best(nodes, top.logp.tolist(), top.tokens.tolist())
+        q = logits_to_probs(logits, sampling)  # [n, V] (or [n, K]: the others have probability 0)
+        # the first w draws without replacement: the largest q / E, E ~ Exp(1) (the Gumbel-top-k trick), E
+        # as -log(1 - U) (a fifth of the time of `exponential_` on a CPU); q = 0 has key 0, never kept
+        u = torch.rand(q.shape, generator=generator, device=q.device, dtype=q.dtype)
+        e = u.neg_().log1p_().neg_().clamp_(min=torch.finfo(q.dtype).tiny)
+        top = (q / e).topk(min(w, q.shape[-1]), dim=-1)
+        logp = sibling_scores(q, top.indices).tolist()  # [n, w] by rank (-inf: nothing left to draw)
+        rows.update((v, (q[row], ids)) for row, v in enumerate(nodes))
+        return keep_best(nodes, logp, (top.indices if ids is None else ids[top.indices]).tolist())
+
+    def keep_best(nodes: list[int], logp: list[list[float]], tokens: list[list[int]]) -> list[int]:
+        """Of the candidate children (row: the node, column: its child's rank), add the w best."""
         # path scores of the n * w candidates, best first (ties: the earlier row, then the earlier child)
         cand = sorted(((g.score[v] + lp, row, col) for row, v in enumerate(nodes)
                        for col, lp in enumerate(logp[row]) if lp > float("-inf")), key=lambda c: -c[0])
@@ -379,8 +386,13 @@ def grow_tree(root_token: int, root_logits: DraftLogits, expand: Expand, budget:
             new.append(len(g.parents) - 1)
         return new
 
-    level = add_children([0], (root_logits[0][None], root_logits[1]) if isinstance(root_logits, tuple)
-                         else root_logits[None])
+    if isinstance(root_logits, Ranked):  # [w] -> [1, w]
+        root_logits = Ranked(root_logits.logp[None], root_logits.tokens[None])
+    elif isinstance(root_logits, tuple):  # ([K], [K]) -> ([1, K], [K])
+        root_logits = root_logits[0][None], root_logits[1]
+    else:
+        root_logits = root_logits[None]
+    level = add_children([0], root_logits)
     for _ in range(budget.depth - 1):
         if not level or budget.stop > 0 and max(g.score[v] for v in level) < math.log(budget.stop):
             break  # by rank at T > 0 (`sibling_scores`): blind to the tokens drawn, as keeping is

@@ -37,7 +37,7 @@ def residual(target_probs: torch.Tensor,
     total = r.sum(-1, keepdim=True)  # [..., 1]
     # total == 0 only when p_target == p_draft, and then a rejection has probability zero;
     # fall back to p_target so that rounding can never produce NaNs.
-    return torch.where(total > 0, r / total.clamp(min=torch.finfo(r.dtype).tiny), target_probs)
+    return torch.where(total > 0, r.div_(total.clamp(min=torch.finfo(r.dtype).tiny)), target_probs)
 
 
 def verify(
@@ -108,10 +108,10 @@ def verify_block(
     n = max((i for i in range(1, gamma + 1) if u[i - 1] < h[i]), default=0)
     if n == gamma:
         return gamma, sample(target_probs[gamma], generator)
-    r = (w[n] * target_probs[n] - draft_probs[n]).clamp(min=0)  # [V], unnormalised
+    r = (w[n] * target_probs[n] - draft_probs[n]).clamp(min=0)  # [V], unnormalised (`sample` scales by it)
     # a zero total has probability 0 (h_n = 0 then, or w_n = 1 and a longer prefix passed): fall back, as
-    # `residual` does. `sample` normalises.
-    return n, sample(r if bool(r.sum() > 0) else target_probs[n], generator)
+    # `residual` does
+    return n, sample(r, generator, otherwise=target_probs[n])
 
 
 def expected_accepted(draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor,

@@ -477,6 +477,14 @@ def test_the_compiled_head_gives_the_eager_features_across_pieces_trees_and_crop
         assert torch.equal(compiled.greedy_tokens(rows), head.logits(rows).argmax(-1))
         from_package = compiled._last.tokens[compiled._span(rows)].reshape(rows.shape[:-1])
         assert torch.equal(compiled.greedy_tokens(rows), from_package)  # the package's, not the fallback
+        # each row's best tokens, ranked in the package as the head ranks them (`sampling.ranked`)
+        for w in (1, 3, aot_head.RANKED, aot_head.RANKED + 1):  # more than the package ranks: the head's own
+            got, want = compiled.ranked(rows, w), head.ranked(rows, w)
+            assert got.tokens.shape == want.tokens.shape == (*rows.shape[:-1], w)
+            assert torch.equal(got.tokens, want.tokens) and torch.allclose(got.logp, want.logp, atol=1e-4)
+        best = compiled._last.best.tokens[compiled._span(rows), :3].reshape(*rows.shape[:-1], 3)
+        assert torch.equal(compiled.ranked(rows, 3).tokens, best)  # the package's
+        assert torch.equal(best[..., 0], compiled.greedy_tokens(rows))  # best first
     assert compiled._span(f.clone()) is None and compiled._span(f[:, :4]) is None
     assert torch.equal(compiled.greedy_tokens(f.clone()), head.greedy_tokens(f))  # not a view: the head's own
     assert torch.equal(head.greedy_tokens(f), head.logits(f).argmax(-1))

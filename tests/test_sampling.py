@@ -5,7 +5,7 @@ from transformers.generation.logits_process import (TemperatureLogitsWarper, Top
                                                     TopPLogitsWarper)
 
 from specdec_ref import SamplingConfig, logits_to_probs
-from specdec_ref.sampling import draw, draw_among
+from specdec_ref.sampling import draw, draw_among, sample
 
 
 def hf_probs(logits, temperature, top_k, top_p):
@@ -105,3 +105,22 @@ def test_drawing_among_a_reduced_vocabulary_is_drawing_from_the_full_row(samplin
     if not sampling.greedy:  # greedy draws no uniform: the order of the cdf cannot show
         assert not draws_agree(scattered_in_another_order, sampling)
     assert not draws_agree(rows_misplaced, sampling)
+
+
+def test_a_draw_scales_its_uniform_by_the_total_and_a_row_without_mass_draws_from_otherwise():
+    """`sample` needs no normalised row: scaled by a power of two (exact in floating point), a row draws the
+    same token seed for seed. A row with no mass at all is refused, or drawn from `otherwise` where given."""
+    p = torch.randn(50, generator=torch.Generator().manual_seed(0)).softmax(-1)
+    for seed in range(200):
+        assert int(sample(8 * p, torch.Generator().manual_seed(seed))) == int(
+            sample(p, torch.Generator().manual_seed(seed)))
+    # power: a row scaled unevenly is another distribution, and draws other tokens
+    assert any(int(sample(p * torch.linspace(1, 3, 50), torch.Generator().manual_seed(s)))
+               != int(sample(p, torch.Generator().manual_seed(s))) for s in range(200))
+    with pytest.raises(ValueError, match="no positive mass"):
+        sample(torch.zeros(5), torch.Generator().manual_seed(0))
+    one_hot = torch.zeros(5).index_fill_(0, torch.tensor([3]), 1.0)
+    assert {int(sample(torch.zeros(5), torch.Generator().manual_seed(s), otherwise=one_hot))
+            for s in range(20)} == {3}
+    with pytest.raises(ValueError, match="NaN or inf"):  # not finite: refused, `otherwise` or not
+        sample(torch.full((5,), float("nan")), torch.Generator().manual_seed(0), otherwise=one_hot)

@@ -479,6 +479,34 @@ def test_grow_tree_keeps_the_n_most_likely_paths():
     assert 3 in tree.depths()  # the confident 0 -> 0 -> 0 path reaches the full depth
 
 
+def test_greedy_growth_from_ranked_children_grows_the_tree_logits_grow():
+    """A draft that brings each node's best children ready-ranked (`sampling.Ranked`, as a compiled head does)
+    grows the same tree, the same tokens, as one that brings its logits, over all V or over K of its own."""
+    V, g = 12, torch.Generator().manual_seed(0)
+    table = torch.randn(V, V, generator=g) * 2  # a node's children's logits depend on its token
+    ids = torch.tensor([0, 2, 3, 5, 7, 8, 10, 11])  # a reduced vocabulary of K = 8 tokens
+    off = torch.ones(V, dtype=torch.bool).index_fill_(0, ids, False)  # the tokens outside it
+    budget = sd.TreeBudget(depth=3, topk=3, n_nodes=6)
+
+    def grow(scores):  # scores(tokens [n]) -> DraftLogits
+        expand = lambda tr, nodes: scores(torch.tensor([tr.tokens[v] for v in nodes]))  # noqa: E731
+        tree, tokens, rows = tree_mod.grow_tree(4, scores(torch.tensor(4)), expand, budget)
+        assert rows is None  # greedy: point masses
+        return tree.parents, tokens
+
+    full = grow(lambda x: table[x].masked_fill(off, float("-inf")))  # [.., V], -inf outside the K
+    reduced = grow(lambda x: (table[x][..., ids], ids))  # [.., K] and their ids
+    best = grow(lambda x: sd.sampling.ranked(table[x][..., ids], ids, 5))  # the best 5 of each node, ranked
+    assert best == reduced == full and len(best[1]) == 7
+    # power: children ranked in another order grow another tree
+    assert grow(lambda x: sd.sampling.ranked(-table[x][..., ids], ids, 5)) != best
+    # ranked children serve greedy growth only, and at least topk of them a node
+    with pytest.raises(ValueError, match="ranked children serve greedy growth"):
+        tree_mod.grow_tree(4, sd.sampling.ranked(table[4][ids], ids, 5), None, budget, T1, g)
+    with pytest.raises(ValueError, match="at least topk = 3"):
+        tree_mod.grow_tree(4, sd.sampling.ranked(table[4], None, 2), None, budget)
+
+
 def test_a_tree_with_stop_skips_the_draft_passes_its_draft_is_unsure_of():
     """The root's best child has draft probability 0.67 (softmax of 3, 2, 1, -5); each expansion makes its
     node's best child 0.99 likely. stop above 0.67 drafts depth 1 only; below it, the full depth."""

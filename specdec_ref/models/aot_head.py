@@ -5,7 +5,8 @@ dispatch, and that cost is c in every speedup formula. So the head gets a packag
 its fc, decoder layers and reduced output layer over KV buffers given as inputs; `build_head` compiles it
 (seconds to a minute); `attach_head` wraps a head in a `CompiledHead` where this machine has its package,
 which `FeatureDrafter` then drafts with on buffers of its own (`HeadKV`). Every other drafter stays eager.
-The package also returns each row's greedy token, so a greedy chain never leaves it for an argmax.
+The package also returns each row's greedy token, so a greedy chain never leaves it for an argmax, and its
+best tokens ranked, so a greedy tree's growth never leaves it to rank children.
 """
 from __future__ import annotations
 
@@ -17,14 +18,18 @@ from torch import nn
 from transformers import StaticCache
 
 from ..cache import cache_kwargs
+from ..sampling import Ranked, ranked
 from .aot import (BLOCK, COMPILED_ATTENTION, MAX_QUERY, MIN_BLOCKS, _compile, _dims, causal_mask,
                   load_package, package_path, pass_mask, room_for, switched_on)
 from .kernels import attention_implementation
 from .kv import kv_buffers, kv_shape
 
 # the head packages' inputs, outputs and kernels (2: the greedy tokens; 3: `bf16_gemm`; 4: masks as wide as
-# the positions in use, `aot.compiled_attention`); a change rebuilds
-HEAD_FORMAT = "head-4"
+# the positions in use, `aot.compiled_attention`; 5: each row's RANKED best tokens); a change rebuilds
+HEAD_FORMAT = "head-5"
+# how many of each row's best tokens, with their log-probabilities, a head pass returns ready-ranked
+# (`sampling.Ranked`): as many children as a greedy tree's growth gives a node, at most
+RANKED = 8
 
 
 def head_package_path(head) -> Path:
@@ -38,13 +43,15 @@ class HeadStep(nn.Module):
 
         (embeds [1, q, d], features [1, q, d], positions [1, q], write [] long, mask [1, 1, q, write + q],
          k_0, v_0, ...) -> (the head's output features [q, d], their logits over its own vocabulary [q, K],
-                            each row's greedy token [q], a vocabulary id)
+                            each row's greedy token [q], a vocabulary id, and its RANKED best tokens
+                            [q, RANKED] with their log-probabilities [q, RANKED], best first: a `Ranked`)
 
     The token embeddings come in ready-made (the embedding table is the target's: no second copy in the
     package); the reduced output layer (K = 8,192 rows) runs inside, and so does the greedy token: the
     first of the row's largest logits (as `sampling.argmax`), mapped to its id in the target's vocabulary
     (`keep_ids`). Outside, that is three more small operations per draft token (0.1 ms per token on a 2-core
-    CPU, `scripts/loop_phases.py`). KV buffers as in `KVStep`.
+    CPU, `scripts/loop_phases.py`); ranking a greedy tree's children outside takes five (`sampling.ranked`,
+    as here). KV buffers as in `KVStep`.
     """
 
     def __init__(self, head):
@@ -65,7 +72,9 @@ class HeadStep(nn.Module):
                              **cache_kwargs(self.head.body, self.cache), use_cache=True)
         features = out.last_hidden_state[0]  # [q, d]
         logits = self.head.head.reduced_logits(features)  # [q, K]
-        return features, logits, self.head.head.keep_ids[logits.argmax(-1)]
+        keep = self.head.head.keep_ids
+        best = ranked(logits, keep, min(RANKED, keep.shape[0]))  # [q, RANKED] twice
+        return features, logits, keep[logits.argmax(-1)], best.tokens, best.logp
 
 
 def head_supported(head, *, for_build: bool = True) -> str | None:
@@ -136,11 +145,12 @@ class HeadKV:
 
 
 class LastPass(NamedTuple):
-    """What a compiled head pass returned: its rows' features [q, d], reduced logits [q, K] and greedy tokens
-    [q] (vocabulary ids)."""
+    """What a compiled head pass returned: its rows' features [q, d], reduced logits [q, K], greedy tokens
+    [q] (vocabulary ids) and best tokens ranked (`sampling.Ranked`, [q, RANKED] twice)."""
     features: torch.Tensor
     logits: torch.Tensor
     tokens: torch.Tensor
+    best: Ranked
 
 
 class CompiledHead(nn.Module):
@@ -201,6 +211,14 @@ class CompiledHead(nn.Module):
             return self.inner.greedy_tokens(features)
         return self._last.tokens[span].reshape(features.shape[:-1])
 
+    def ranked(self, features: torch.Tensor, w: int) -> Ranked:  # [..., d] -> [..., w] twice
+        span = self._span(features)
+        if span is None or w > self._last.best.tokens.shape[-1]:
+            return self.inner.ranked(features, w)
+        best = self._last.best
+        return Ranked(best.logp[span, :w].reshape(*features.shape[:-1], w),
+                      best.tokens[span, :w].reshape(*features.shape[:-1], w))
+
     def forward(self, hidden: torch.Tensor, next_tokens: torch.Tensor, cache=None, *,
                 position_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None) -> torch.Tensor:  # [1, k, d], [1, k] -> [1, k, d]
@@ -222,9 +240,10 @@ class CompiledHead(nn.Module):
         positions = (torch.arange(start, start + q, device=hidden.device)[None] if position_ids is None
                      else position_ids)
         mask = pass_mask(start, q, dtype, hidden.device, None if position_ids is None else attention_mask)
-        out, logits, tokens = self.runner(self.inner.embed(next_tokens), hidden.to(dtype), positions,
-                                          torch.tensor(start, device=hidden.device), mask, *cache.kv)
-        self.__dict__["_last"] = LastPass(out, logits, tokens)
+        out, logits, tokens, best, logp = self.runner(self.inner.embed(next_tokens), hidden.to(dtype),
+                                                      positions, torch.tensor(start, device=hidden.device),
+                                                      mask, *cache.kv)
+        self.__dict__["_last"] = LastPass(out, logits, tokens, Ranked(logp, best))
         cache.length = start + q
         return out[None]  # [1, q, d]
 

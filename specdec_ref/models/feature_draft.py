@@ -29,7 +29,7 @@ from torch import nn
 from transformers import DynamicCache, LlamaConfig, LlamaModel
 
 from ..cache import cache_kwargs
-from ..sampling import argmax
+from ..sampling import Ranked, argmax, ranked
 from .offline_draft import ReducedHead
 
 WEIGHTS_DIR = Path(__file__).parent / "weights" / "feature_draft"
@@ -112,6 +112,11 @@ class FeatureHead(nn.Module):
     def greedy_tokens(self, features: torch.Tensor) -> torch.Tensor:  # [..., d] -> [...]
         """Each row's greedy token (a vocabulary id): `sampling.argmax` of its logits, the first on ties."""
         return self.head.keep_ids[argmax(self.head.reduced_logits(features))]
+
+    def ranked(self, features: torch.Tensor, w: int) -> Ranked:  # [..., d] -> [..., w] twice
+        """Each row's w most likely tokens, best first, with their log-probabilities (`sampling.ranked`):
+        what a greedy tree's growth reads of a head pass."""
+        return ranked(self.head.reduced_logits(features), self.head.keep_ids, w)
 
     @property
     def ffn_size(self) -> int:
