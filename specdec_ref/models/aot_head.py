@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from transformers import StaticCache
 
@@ -25,7 +26,8 @@ from .kernels import attention_implementation
 from .kv import kv_buffers, kv_shape
 
 # the head packages' inputs, outputs and kernels (2: the greedy tokens; 3: `bf16_gemm`; 4: masks as wide as
-# the positions in use, `aot.compiled_attention`; 5: each row's RANKED best tokens); a change rebuilds
+# the positions in use, `aot.compiled_attention`; 5: each row's RANKED best tokens, and the tokens looked up
+# inside); a change rebuilds
 HEAD_FORMAT = "head-5"
 # how many of each row's best tokens, with their log-probabilities, a head pass returns ready-ranked
 # (`sampling.Ranked`): as many children as a greedy tree's growth gives a node, at most
@@ -41,14 +43,16 @@ def head_package_path(head) -> Path:
 class HeadStep(nn.Module):
     """One cached pass of a `FeatureHead`'s fc and decoder layers, for torch.export:
 
-        (embeds [1, q, d], features [1, q, d], positions [1, q], write [] long, mask [1, 1, q, write + q],
-         k_0, v_0, ...) -> (the head's output features [q, d], their logits over its own vocabulary [q, K],
-                            each row's greedy token [q], a vocabulary id, and its RANKED best tokens
-                            [q, RANKED] with their log-probabilities [q, RANKED], best first: a `Ranked`)
+        (tokens [1, q], table [V, d], features [1, q, d], positions [1, q], write [] long,
+         mask [1, 1, q, write + q], k_0, v_0, ...)
+        -> (the head's output features [q, d], their logits over its own vocabulary [q, K], each row's
+            greedy token [q], a vocabulary id, and its RANKED best tokens [q, RANKED] with their
+            log-probabilities [q, RANKED], best first: a `Ranked`)
 
-    The token embeddings come in ready-made (the embedding table is the target's: no second copy in the
-    package); the reduced output layer (K = 8,192 rows) runs inside, and so does the greedy token: the
-    first of the row's largest logits (as `sampling.argmax`), mapped to its id in the target's vocabulary
+    The embedding table comes in as an input (it is the target's: no second copy in the package), and the
+    tokens are looked up inside (outside, the lookup cost 0.05 ms a pass right after the target's pass, on a
+    2-core Intel Xeon); the reduced output layer (K = 8,192 rows) runs inside, and so does the greedy token:
+    the first of the row's largest logits (as `sampling.argmax`), mapped to its id in the target's vocabulary
     (`keep_ids`). Outside, that is three more small operations per draft token (0.1 ms per token on a 2-core
     CPU, `scripts/loop_phases.py`); ranking a greedy tree's children outside takes five (`sampling.ranked`,
     as here). KV buffers as in `KVStep`.
@@ -62,12 +66,12 @@ class HeadStep(nn.Module):
         _, heads, _, head_dim = kv_shape(head.body, BLOCK)
         self.cache.early_initialization(1, heads, head_dim, head.fc.weight.dtype, head.fc.weight.device)
 
-    def forward(self, embeds, features, positions, write, mask, *kv):
+    def forward(self, tokens, table, features, positions, write, mask, *kv):
         for i, layer in enumerate(self.cache.layers):
             layer.keys, layer.values = kv[2 * i], kv[2 * i + 1]
             layer.max_cache_len = kv[2 * i].shape[2]
             layer.cumulative_length = write.clone()
-        x = self.head.fc(torch.cat([embeds, features], dim=-1))  # [1, q, 2d] -> [1, q, d]
+        x = self.head.fc(torch.cat([F.embedding(tokens, table), features], dim=-1))  # [1, q, 2d] -> [1, q, d]
         out = self.head.body(inputs_embeds=x, position_ids=positions, attention_mask=mask,
                              **cache_kwargs(self.head.body, self.cache), use_cache=True)
         features = out.last_hidden_state[0]  # [q, d]
@@ -96,8 +100,9 @@ def head_example_inputs(head, q: int = 3, length: int = MIN_BLOCKS * BLOCK, star
     dtype, device = head.fc.weight.dtype, head.fc.weight.device
     d = head.fc.out_features
     kv = kv_buffers(head.body, length, dtype, device, separate=True)
-    embeds, features = (torch.randn(1, q, d, dtype=dtype, device=device) for _ in range(2))
-    return (embeds, features, torch.arange(start, start + q, device=device)[None],
+    tokens = torch.arange(q, device=device)[None]
+    return (tokens, head.embed.weight, torch.randn(1, q, d, dtype=dtype, device=device),
+            torch.arange(start, start + q, device=device)[None],
             torch.tensor(start, device=device),
             causal_mask(start, q, dtype, device), *kv)
 
@@ -109,8 +114,8 @@ def build_head(head, path: Path | None = None, *, options: dict | None = None, v
         raise ValueError(f"cannot compile this head's pass: {problem}")
     inputs = head_example_inputs(head)
     q, length, end = _dims()
-    shapes = ({1: q}, {1: q}, {1: q}, None, {2: q, 3: end},
-              tuple({2: length} for _ in range(len(inputs) - 5)))
+    shapes = ({1: q}, None, {1: q}, {1: q}, None, {2: q, 3: end},
+              tuple({2: length} for _ in range(len(inputs) - 6)))
     with attention_implementation(head, COMPILED_ATTENTION):  # while exported and compiled
         return _compile(HeadStep(head).eval(), inputs, shapes, Path(path or head_package_path(head)), options,
                         "the feature head's pass" if verbose else "")
@@ -240,7 +245,7 @@ class CompiledHead(nn.Module):
         positions = (torch.arange(start, start + q, device=hidden.device)[None] if position_ids is None
                      else position_ids)
         mask = pass_mask(start, q, dtype, hidden.device, None if position_ids is None else attention_mask)
-        out, logits, tokens, best, logp = self.runner(self.inner.embed(next_tokens), hidden.to(dtype),
+        out, logits, tokens, best, logp = self.runner(next_tokens, self.inner.embed.weight, hidden.to(dtype),
                                                       positions, torch.tensor(start, device=hidden.device),
                                                       mask, *cache.kv)
         self.__dict__["_last"] = LastPass(out, logits, tokens, Ranked(logp, best))
