@@ -35,7 +35,7 @@ def use(way: str) -> None:
 
 
 cache = head.new_cache()
-inputs = (head.inner.embed(torch.tensor([[5]])), torch.randn(1, 1, head.inner.fc.weight.shape[1]).to(
+inputs = (torch.tensor([[5]]), head.inner.embed.weight, torch.randn(1, 1, head.inner.fc.weight.shape[1]).to(
     head.inner.fc.weight.dtype), torch.tensor([[10]]), torch.tensor(10),
     pass_mask(10, 1, head.inner.fc.weight.dtype), *cache.kv)
 prompts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
