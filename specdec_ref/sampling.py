@@ -117,7 +117,7 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None = None,
     u * total. (torch.multinomial gives the same distribution, but costs about 30 times as much on a
     50k-token vocabulary, several times per iteration of the loop.) Since u is scaled by the total, probs
     may be any non-negative multiple of a distribution: normalising first changes nothing. otherwise: the
-    row to draw from instead where probs has no mass at all (a residual of two equal rows, `verify`).
+    row to draw from instead where probs has no mass at all (a residual of two equal rows, `verify_block`).
     """
     cdf = probs.cumsum(-1, dtype=torch.float64)  # [V], float64 so that tiny probabilities keep their share
     u = torch.rand(1, generator=generator, device=probs.device, dtype=torch.float64) * cdf[-1]  # [1]
