@@ -351,17 +351,17 @@ def grow_tree(root_token: int, root_logits: DraftLogits, expand: Expand, budget:
     rows: dict[int, tuple] = {}  # node -> the row its children were drawn from: (q [V], None) or (q [K], ids)
 
     def add_children(nodes: list[int], out: DraftLogits) -> list[int]:  # [len(nodes), V] -> new node ids
-        if isinstance(out, Ranked):  # greedy, ranked by the draft already
+        if not isinstance(out, Ranked):
+            logits, ids = out if isinstance(out, tuple) else (out, None)
+            logits = logits.detach()
+            if not sampled:  # greedy: the best w of each row, as a draft may bring them (`Ranked`)
+                out = ranked(logits, ids, w)
+        if isinstance(out, Ranked):
             if sampled or out.tokens.shape[-1] < w:
                 raise ValueError(f"ranked children serve greedy growth, at least topk = {w} a node; got "
                                  f"{out.tokens.shape[-1]} at {'T > 0' if sampled else 'T = 0'}: give logits")
-            logp, tokens = out.logp[:, :w].tolist(), out.tokens[:, :w].tolist()  # [n, w] each
-            return keep_best(nodes, logp, tokens)
-        logits, ids = out if isinstance(out, tuple) else (out, None)
-        logits = logits.detach()
-        if not sampled:
-            top = ranked(logits, ids, w)  # one copy from the device per depth
-            return keep_best(nodes, top.logp.tolist(), top.tokens.tolist())
+            # one copy from the device per depth: [n, w] each
+            return keep_best(nodes, out.logp[:, :w].tolist(), out.tokens[:, :w].tolist())
         q = logits_to_probs(logits, sampling)  # [n, V] (or [n, K]: the others have probability 0)
         # the first w draws without replacement: the largest q / E, E ~ Exp(1) (the Gumbel-top-k trick), E
         # as -log(1 - U) (a fifth of the time of `exponential_` on a CPU); q = 0 has key 0, never kept
