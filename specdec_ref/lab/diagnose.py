@@ -315,7 +315,10 @@ def format_report(result: dict) -> str:
              f"loop overhead h = {result['overhead']:.3f} t(1) = "
              f"{result['overhead_ms']:.1f} ms per iteration at γ = {result['calibration_gamma']}"
              + (f", {result['overhead_by_gamma'][1]:.3f} t(1) at γ = 1 (h₀ + γh₁, "
-                f"h₁ = {result['overhead_slope']:.3f})" if result.get("overhead_slope") else ""),
+                f"h₁ = {result['overhead_slope']:.3f})" if result.get("overhead_slope") else "")
+             + ": the loop's work beyond what c, its first step and the plain step already hold (each is "
+             "timed with the work around it, so h can come out near or below 0; scripts/loop_overhead.py "
+             "times all of it)",
              "predicted speedup by γ: "
              + ", ".join(f"{g}: {s:.2f}×" for g, s in result["predicted_by_gamma"].items()),
              f"measured at γ = {result['best_gamma']}: {result['measured_speedup']:.2f}× "

@@ -34,8 +34,8 @@ class Choice:
                 f"{c.verify_cost(5):.2f} (k=5), {c.verify_cost(13):.2f} (k=13), "
                 f"draft pass c₁ = {c.c_pass:.3f} ({max(c.c_first, c.c_pass):.3f} right after the target's; "
                 f"each with the loop's work around it), the rest of the loop's work h₀ = {c.h0:.3f} "
-                f"(+ {c.h_node:.3f} per tree node; when sampling + {c.h_sampled:.3f} + {c.h_node_sampled:.3f} "
-                "per node), and the head's recorded τ by method\n"
+                f"(+ {c.h_node:.3f} per tree node; when sampling + {c.h_sampled:.3f} "
+                f"+ {c.h_node_sampled:.3f} per node), and the head's recorded τ by method\n"
                 "  override: speculative_generate(..., gamma=γ) or "
                 "tree=sd.TreeBudget(depth, topk, n_nodes, stop=p); SPECDEC_CALIBRATE=0 skips the calibration")
         slower = plain_is_faster(pg, ps)
