@@ -248,3 +248,15 @@ def test_stream_share_verdict_blames_overheads_only_below_the_copy_rate():
     below, above = stream_share_verdict(80), stream_share_verdict(120)
     assert "other than streaming weights" in below and "STREAM convention" not in below
     assert "understates" in above and "other than streaming weights" not in above
+
+
+def test_after_pass_verdict_follows_the_two_timings():
+    from specdec_ref.chapters.verdicts.ch1 import after_pass_verdict
+    cold = after_pass_verdict(125e-6, 12.5e-6, n_steps=6, pass_s=8e-3)
+    assert "10.0× the 12 µs" in cold and "out of the caches" in cold and "1.6% of a pass" in cold
+    level = after_pass_verdict(13e-6, 12.5e-6, n_steps=6, pass_s=8e-3)
+    assert "(1.04×)" in level and "leaves what they touch in the caches" in level
+    assert "out of the caches" not in level
+    # the margin: 1.4× is not yet "several times", 1.6× is
+    assert "leaves" in after_pass_verdict(17.5e-6, 12.5e-6, 6, 8e-3)
+    assert "out of the caches" in after_pass_verdict(20e-6, 12.5e-6, 6, 8e-3)

@@ -442,3 +442,21 @@ def no_int4_note(device_type: str, native_bf16: bool, available: bool) -> str:
     return ("This CPU does not multiply bfloat16 natively, and the CPU int4 kernel is fast for bfloat16 "
             "only (its float32 path took 4-6 times as long as the float32 weights), so there is nothing to "
             "compare.")
+
+
+def after_pass_verdict(after_s: float, again_s: float, n_steps: int, pass_s: float,
+                       margin: float = 0.5) -> str:
+    """The CPU kernels appendix: do the loop's small steps cost more right after a target pass than run again
+    at once? after_s and again_s: seconds of the same `n_steps` steps; pass_s: one target pass."""
+    ratio = after_s / again_s
+    share = after_s / pass_s
+    if compare(ratio, 1.0, margin) == "higher":
+        return (f"right after a target pass the same {n_steps} small steps took {after_s * 1e6:.0f} µs, "
+                f"{ratio:.1f}× the {again_s * 1e6:.0f} µs they took straight after: the pass pushed what "
+                "they touch out of the caches, so each step of the loop's bookkeeping between passes costs "
+                f"several times what a microbenchmark of it says (these {n_steps} alone: {share:.1%} of a "
+                "pass)")
+    return (f"right after a target pass the same {n_steps} small steps took {after_s * 1e6:.0f} µs against "
+            f"{again_s * 1e6:.0f} µs straight after ({ratio:.2f}×): on this device the pass leaves what "
+            "they touch in the caches (a GPU streams the weights through its own memory), so the loop's "
+            "bookkeeping costs what a microbenchmark of it says")
