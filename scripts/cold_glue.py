@@ -7,12 +7,11 @@ A target pass streams all of the target's weights (269 MB in bfloat16) through t
 CPU hold a few tens of MB: whatever the loop touches next (Python's objects, torch's dispatcher, the head's
 weights) comes back from memory. This times six lines of the kind the loop runs between passes (two shape
 checks, an attribute chain, `torch.arange` and `torch.tensor`, as a head pass's wrapper does) right after a
-target pass of one token, then the same six lines again at once; medians over --repeats passes. The target
-runs as the loops run it (its compiled pass where this machine has one).
+target pass of one token, then the same six lines again at once (`lab.after_pass`, as the appendix on CPU
+kernels does); medians over --repeats passes. The target runs as the loops run it (its compiled pass where
+this machine has one).
 """
 import argparse
-import statistics
-import time
 
 import torch
 
@@ -23,6 +22,8 @@ args = p.parse_args()
 torch.set_num_threads(args.threads)
 import specdec_ref as sd  # noqa: E402
 from specdec_ref.cache import cached_model  # noqa: E402
+from specdec_ref.lab.after_pass import after_pass  # noqa: E402
+from specdec_ref.lab.timing import time_fn  # noqa: E402
 
 target, drafter, _ = sd.load_offline_pair(draft="feature")
 head = drafter.head
@@ -34,28 +35,23 @@ features = torch.zeros(1, 1, target.config.hidden_size, dtype=target.dtype)
 tokens = torch.tensor([[5]])
 
 
-def glue() -> float:  # seconds for six lines of a head pass's wrapper
-    t0 = time.perf_counter()
+def one_pass() -> None:  # one token after START cached ones
+    lm.rollback(START)
+    lm.logits(ids, keep=1)
+
+
+def glue() -> tuple:  # six lines of a head pass's wrapper (`models.aot_head.CompiledHead.forward`)
     q = tokens.shape[1]
     if q == 0 or features.shape[:2] != tokens.shape:
         raise ValueError("unreachable")
     dtype = head.fc.weight.dtype
     positions = torch.arange(START, START + q)[None]
     start = torch.tensor(START)
-    seconds = time.perf_counter() - t0
-    del dtype, positions, start
-    return seconds
+    return dtype, positions, start
 
 
-after_pass, again, passes = [], [], []
-for _ in range(args.repeats + 3):
-    lm.rollback(START)
-    t0 = time.perf_counter()
-    lm.logits(ids, keep=1)  # one token after START cached ones
-    passes.append(time.perf_counter() - t0)
-    after_pass.append(glue())
-    again.append(glue())
-after_pass, again, passes = after_pass[3:], again[3:], passes[3:]  # warm-up rounds out
-print(f"{sd.models.kernels.kernel_path(target)}; a target pass {statistics.median(passes) * 1e3:.2f} ms; "
-      f"the same six lines: {statistics.median(after_pass) * 1e6:.1f} us right after it, "
-      f"{statistics.median(again) * 1e6:.1f} us straight after that")
+after, again = after_pass(one_pass, glue, "cpu", repeats=args.repeats)
+passes = time_fn(one_pass, "cpu", repeats=9)
+print(f"{sd.models.kernels.kernel_path(target)}; a target pass {passes.median * 1e3:.2f} ms; "
+      f"the same six lines: {after.median * 1e6:.1f} us right after it, "
+      f"{again.median * 1e6:.1f} us straight after that")
