@@ -2,10 +2,10 @@
 
 A target pass streams every weight of the model through the processor. On a CPU those weights pass through the
 same caches that hold everything else the process touches (Python's objects, torch's dispatcher and kernels,
-the draft's weights), and even a 135M model's weights are several times what the caches hold. So the bookkeeping the
-loop does between passes finds its code and data evicted and fetches them from memory: measured per step, it
-costs several times what a microbenchmark of the same lines says. On a GPU the weights stream through the
-GPU's own memory and the host's caches keep their contents.
+the draft's weights), and even a 135M model's weights are several times what the caches hold. So the
+bookkeeping the loop does between passes finds its code and data evicted and fetches them from memory:
+measured per step, it costs several times what a microbenchmark of the same lines says. On a GPU the weights
+stream through the GPU's own memory and the host's caches keep their contents.
 
 `after_pass` times some work right after a pass, then the same work again straight away, round after round.
 """
