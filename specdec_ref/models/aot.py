@@ -45,7 +45,7 @@ from ..cache import COMPILED_PASS, STATIC_CACHES, CachedModel, additive_mask, ca
 from ..cache import compiled_pass  # noqa: F401 (chapters and scripts read it as aot.compiled_pass)
 from ..device import chip_name, package_version
 from . import aot_use, bf16_gemm
-from .kv import copy_prefix, kv_buffers, kv_shape, move_rows
+from .kv import Counter, copy_prefix, kv_buffers, kv_shape, move_rows
 from .kernels import attention_implementation
 
 BLOCK = 256  # KV buffers hold a multiple of this many positions
@@ -420,7 +420,7 @@ class CompiledCachedModel(CachedModel):
                              "layers (keep_hidden=(...)) needs cache='dynamic' or SPECDEC_AOT=0")
         super().__init__(model, keep_hidden, name)
         self.runner, self.pad_single = runner, pad_single
-        self.kv = self._buffers(MIN_BLOCKS * BLOCK)
+        self.kv, self.counter = self._buffers(MIN_BLOCKS * BLOCK), Counter(self.device)
         self._latest: tuple[torch.Tensor, torch.Tensor] | None = None  # the latest pass's (logits, argmax)
 
     def _buffers(self, length: int) -> list[torch.Tensor]:
@@ -450,10 +450,10 @@ class CompiledCachedModel(CachedModel):
         if padded:  # the token before again, with it: 2 rows cost less than 1 here (pads_single_rows)
             new, start, q = context_ids[start - 1:start + 1], start - 1, 2
         self._make_room(start + q)
-        positions = torch.arange(start, start + q, device=self.device) if causal else position_ids
+        positions = self.counter.positions(start, q) if causal else position_ids[None]  # views: `Counter`
         mask = pass_mask(start, q, self.dtype, self.device, None if causal else attention_mask)
-        logits, hidden, best, sums = self.runner(new[None], positions[None],
-                                                 torch.tensor(start, device=self.device), mask, *self.kv)
+        write = self.counter.scalar(start)
+        logits, hidden, best, sums = self.runner(new[None], positions, write, mask, *self.kv)
         if padded:  # the new token's row only
             logits, hidden, best, sums = logits[1:], hidden[1:], best[1:], sums[1:]
         if self.keep_hidden:

@@ -23,7 +23,7 @@ from ..sampling import Ranked, ranked
 from .aot import (BLOCK, COMPILED_ATTENTION, MAX_QUERY, MIN_BLOCKS, _compile, _dims, causal_mask,
                   load_package, package_path, pass_mask, room_for, switched_on)
 from .kernels import attention_implementation
-from .kv import kv_buffers, kv_shape
+from .kv import Counter, kv_buffers, kv_shape
 
 # the head packages' inputs, outputs and kernels (2: the greedy tokens; 3: `bf16_gemm`; 4: masks as wide as
 # the positions in use, `aot.compiled_attention`; 5: each row's RANKED best tokens, and the tokens looked up
@@ -129,6 +129,7 @@ class HeadKV:
     def __init__(self, head):
         self.head, self.length = head, 0
         self.kv = self._buffers(MIN_BLOCKS * BLOCK)
+        self.counter = Counter(head.fc.weight.device)  # positions and write positions, as views
 
     def _buffers(self, length: int) -> list[torch.Tensor]:
         w = self.head.fc.weight
@@ -242,12 +243,10 @@ class CompiledHead(nn.Module):
                               for i in range(0, q, MAX_QUERY)], dim=1)
         start, dtype = cache.length, self.inner.fc.weight.dtype
         cache.make_room(start + q)
-        positions = (torch.arange(start, start + q, device=hidden.device)[None] if position_ids is None
-                     else position_ids)
+        positions = cache.counter.positions(start, q) if position_ids is None else position_ids
         mask = pass_mask(start, q, dtype, hidden.device, None if position_ids is None else attention_mask)
         out, logits, tokens, best, logp = self.runner(next_tokens, self.inner.embed.weight, hidden.to(dtype),
-                                                      positions, torch.tensor(start, device=hidden.device),
-                                                      mask, *cache.kv)
+                                                      positions, cache.counter.scalar(start), mask, *cache.kv)
         self.__dict__["_last"] = LastPass(out, logits, tokens, Ranked(logp, best))
         cache.length = start + q
         return out[None]  # [1, q, d]

@@ -56,3 +56,21 @@ def copy_prefix(old: list[torch.Tensor], new: list[torch.Tensor], used: int) -> 
         return
     for n, o in zip(new, old):
         n[:, :, :used] = o[:, :, :used]
+
+
+class Counter:
+    """0, 1, 2, ... in one tensor, handed out as views: a compiled pass's positions [1, q] and its write
+    position (a 0-d tensor), without making new tensors for them every pass. Right after a target pass, which
+    has swept the caches, `torch.arange` and `torch.tensor` for them cost about 100 µs on a 2-core CPU, two
+    views about 25 (`lab.after_pass`)."""
+
+    def __init__(self, device=None):
+        self.values = torch.arange(0, device=device)[None]  # [1, n], grown on demand
+
+    def positions(self, start: int, q: int) -> torch.Tensor:  # -> [1, q]: start, ..., start + q - 1
+        if start + q > self.values.shape[1]:
+            self.values = torch.arange(max(2 * (start + q), 512), device=self.values.device)[None]
+        return self.values[:, start:start + q]
+
+    def scalar(self, n: int) -> torch.Tensor:  # -> [] holding n
+        return self.positions(n, 1)[0, 0]
