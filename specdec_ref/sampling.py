@@ -110,7 +110,8 @@ def spread(probs: torch.Tensor, ids: torch.Tensor,
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None,
-           otherwise: torch.Tensor | None = None) -> torch.Tensor:  # [V] -> [1]
+           otherwise: torch.Tensor | None = None,
+           uniform: torch.Tensor | None = None) -> torch.Tensor:  # [V] -> [1]
     """Draw one token id from a probability vector, by inverting its cumulative distribution.
 
     One uniform u, a cumulative sum and a binary search: the token is the first whose cumulative mass exceeds
@@ -118,9 +119,13 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None = None,
     50k-token vocabulary, several times per iteration of the loop.) Since u is scaled by the total, probs
     may be any non-negative multiple of a distribution: normalising first changes nothing. otherwise: the
     row to draw from instead where probs has no mass at all (a residual of two equal rows, `verify_block`).
+    uniform: u itself, [1] float64 in [0, 1), drawn by the caller with other uniforms in one call (`verify`);
+    None draws it here.
     """
     cdf = probs.cumsum(-1, dtype=torch.float64)  # [V], float64 so that tiny probabilities keep their share
-    u = torch.rand(1, generator=generator, device=probs.device, dtype=torch.float64) * cdf[-1]  # [1]
+    if uniform is None:
+        uniform = torch.rand(1, generator=generator, device=probs.device, dtype=torch.float64)  # [1]
+    u = uniform * cdf[-1]  # [1]
     token = torch.searchsorted(cdf, u, right=True)  # [1]; the found token has p > 0 whenever u < total
     if int(token) == probs.shape[-1]:  # rounding put u at the total: take the last token with p > 0
         positive = (probs > 0).nonzero()

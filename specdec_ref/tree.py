@@ -38,6 +38,7 @@ from functools import cached_property, lru_cache
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 
 from .cache import additive_mask
 from .sampling import Ranked, SamplingConfig, logits_to_probs, ranked, sample
@@ -202,9 +203,8 @@ def tree_attention_mask(tree: Tree, context_len: int, start: int, stop: int, dty
         raise ValueError(f"a tree pass scores the context from `start` (0 <= start <= {context_len}) and "
                          f"then all {tree.size} nodes (stop = {context_len + tree.size}), "
                          f"got {start}..{stop}")
-    mask = torch.zeros(stop - start, stop, dtype=dtype, device=device)  # every row sees the cached context
-    mask[:, start:] = _tree_block(tree, context_len - start, dtype, torch.device(device or "cpu"))
-    return mask[None, None]  # [q, k] -> [1, 1, q, k]
+    block = _tree_block(tree, context_len - start, dtype, torch.device(device or "cpu"))  # [q, q]
+    return F.pad(block, (start, 0))[None, None]  # every row sees the cached context (0s): [1, 1, q, k]
 
 
 @lru_cache(maxsize=64)
@@ -238,9 +238,7 @@ def tree_rows_mask(g: GrowingTree, fed: list[int], new: list[int], n_prefix: int
     cols, never = fed + new, torch.finfo(dtype).min
     seen = [set(g.ancestors(v)) for v in new]
     nodes = torch.tensor([[0.0 if c in s else never for c in cols] for s in seen], dtype=dtype)  # [k, cols]
-    mask = torch.zeros(len(new), n_prefix + len(cols), dtype=dtype, device=device)  # the context: seen
-    mask[:, n_prefix:] = nodes.to(device, non_blocking=True)
-    return mask[None, None]
+    return F.pad(nodes.to(device, non_blocking=True), (n_prefix, 0))[None, None]  # the context: seen (0s)
 
 
 def tree_node_positions(g: GrowingTree, nodes: list[int], n_prefix: int,

@@ -197,11 +197,18 @@ class CompiledHead(nn.Module):
             return None
         return slice(offset // d, offset // d + n)
 
+    def _rows(self, t: torch.Tensor, span: slice, features: torch.Tensor) -> torch.Tensor:  # [q, ...]
+        """The span's rows of t (an output of the latest pass), shaped as features' leading dimensions: t
+        itself in the usual case, every row of the pass asked for as [q, d] (each view costs microseconds)."""
+        if span.start == 0 and span.stop == t.shape[0] and features.dim() == 2:
+            return t
+        return t[span].reshape(features.shape[:-1] + t.shape[1:])
+
     def logits(self, features: torch.Tensor) -> torch.Tensor:  # [..., d] -> [..., V]
         span = self._span(features)
         if span is None:
             return self.inner.logits(features)
-        rows = self._last.logits[span].reshape(*features.shape[:-1], -1)
+        rows = self._rows(self._last.logits, span, features)
         full = features.new_full((*features.shape[:-1], self.inner.head.weight.shape[0]), float("-inf"))
         return full.index_copy_(-1, self.inner.head.keep_ids, rows.to(full.dtype))
 
@@ -209,21 +216,21 @@ class CompiledHead(nn.Module):
         span = self._span(features)
         if span is None:
             return self.inner.reduced_logits(features)
-        return self._last.logits[span].reshape(*features.shape[:-1], -1), self.inner.head.keep_ids
+        return self._rows(self._last.logits, span, features), self.inner.head.keep_ids
 
     def greedy_tokens(self, features: torch.Tensor) -> torch.Tensor:  # [..., d] -> [...]
         span = self._span(features)
         if span is None:
             return self.inner.greedy_tokens(features)
-        return self._last.tokens[span].reshape(features.shape[:-1])
+        return self._rows(self._last.tokens, span, features)
 
     def ranked(self, features: torch.Tensor, w: int) -> Ranked:  # [..., d] -> [..., w] twice
         span = self._span(features)
         if span is None or w > self._last.best.tokens.shape[-1]:
             return self.inner.ranked(features, w)
         best = self._last.best
-        return Ranked(best.logp[span, :w].reshape(*features.shape[:-1], w),
-                      best.tokens[span, :w].reshape(*features.shape[:-1], w))
+        logp, tokens = self._rows(best.logp, span, features), self._rows(best.tokens, span, features)
+        return Ranked(logp, tokens) if w == logp.shape[-1] else Ranked(logp[..., :w], tokens[..., :w])
 
     def forward(self, hidden: torch.Tensor, next_tokens: torch.Tensor, cache=None, *,
                 position_ids: torch.Tensor | None = None,
