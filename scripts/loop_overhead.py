@@ -82,6 +82,8 @@ if compiled is not None:
     compiled.runner = inside.wrap(compiled.runner, is_target=True)  # a compiled pass: no hooks fire
 if type(feature.head).__name__ == "CompiledHead":
     feature.head.__dict__["runner"] = inside.wrap(feature.head.runner)
+    if feature.head.chains is not None:  # chains of γ in one call, draws inside (models.aot_chain)
+        feature.head.chains.wrap(inside.wrap)
 sampling = sd.SamplingConfig(args.temperature)
 
 

@@ -194,10 +194,9 @@ class ModelDrafter:
 class NgramDrafter:
     """Prompt lookup: find the latest earlier occurrence of the last n tokens and propose what followed.
 
-    Its draft "distribution" is one-hot on the proposed token, so the target accepts a
-    token with probability p_target(x) and otherwise resamples from p_target minus that
-    token: still exact. With nothing to copy, it proposes nothing and the step reduces to
-    one plain target step.
+    Its draft "distribution" is one-hot on the proposed token, so the target accepts a token with probability
+    p_target(x) and otherwise resamples from p_target minus that token: still exact. With nothing to copy, it
+    proposes nothing and the step reduces to one plain target step.
     """
 
     def __init__(self, vocab_size: int, max_ngram: int = 3, min_ngram: int = 1):
@@ -260,17 +259,10 @@ class ScheduledDrafter:
         self.history: list[int] = []  # num_tokens used by each iteration, for plots
         self._proposed = (0, 0)  # (context length, tokens proposed) of the last proposal
 
-    @property
-    def vocab_size(self) -> int:
-        return self.drafter.vocab_size
-
-    @property
-    def default_gamma(self) -> int:
-        return self.drafter.default_gamma
-
-    @property
-    def wants_target_hidden(self) -> bool:
-        return self.drafter.wants_target_hidden
+    def __getattr__(self, name):  # the rest of the contract is the wrapped drafter's
+        if name in ("vocab_size", "default_gamma", "wants_target_hidden", "calls", "n_cached"):
+            return getattr(self.__dict__["drafter"], name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def default_tree(self) -> None:
@@ -278,14 +270,6 @@ class ScheduledDrafter:
 
     def default_method(self, sampling: SamplingConfig) -> int:
         return self.default_gamma  # the schedule adapts a chain's length: with gamma=None, a chain
-
-    @property
-    def calls(self) -> int:
-        return self.drafter.calls
-
-    @property
-    def n_cached(self) -> int:
-        return self.drafter.n_cached
 
     def propose(self, context_ids, gamma, sampling, generator=None):  # [T] -> ([≤γ], [≤γ, V])
         n = min(self.num_tokens, gamma)
@@ -349,7 +333,13 @@ class FeatureDrafter:
     def propose(self, context_ids, gamma, sampling, generator=None):  # [T] -> ([≤γ], [≤γ, V])
         if self.features is None or gamma == 0:
             return empty_proposal(context_ids, self.vocab_size)
-        f = self.feed_context(context_ids)[None]  # [1, d] a guess of the newest token's feature
+        h, x = self.pending(context_ids)  # the pairs not fed yet
+        chains = getattr(self.head, "chains", None) if self.confidence_stop is None else None
+        chain = chains and chains.draft(h, x, self.cache, gamma, sampling, generator, self.sharpness)
+        if chain:  # a compiled head fed them and drafted the whole chain in one call (models.aot_chain)
+            self.calls += gamma - 1
+            return chain
+        f = self.head(h[None], x[None], self.cache)[0, -1:]  # [1, d] a guess of the newest token's feature
         tokens, probs = [], []
         greedy = sampling.greedy and self.confidence_stop is None
         while True:
@@ -376,6 +366,11 @@ class FeatureDrafter:
     def feed_context(self, context_ids: torch.Tensor) -> torch.Tensor:  # [T] -> [d]
         """Cache the pairs (h_j, x_{j+1}) not fed yet, j < T - 1; return the last one's output: a guess of
         h_{T-1}."""
+        h, x = self.pending(context_ids)
+        return self.head(h[None], x[None], self.cache)[0, -1]  # [1, m, d] -> [d]
+
+    def pending(self, context_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # [T] -> [m, d], [m]
+        """The pairs (h_j, x_{j+1}) not fed yet, counted as fed by the one head pass the caller makes."""
         T = context_ids.shape[0]
         if self.cache is None:  # a compiled head (models.aot_head.CompiledHead) brings KV buffers of its own
             self.cache = self.head.new_cache() if hasattr(self.head, "new_cache") else DynamicCache()
@@ -387,7 +382,7 @@ class FeatureDrafter:
                              "target's features of the kept tokens, then propose on a longer context")
         self.n_fed = T - 1
         self.calls += 1
-        return self.head(h[None], x[None], self.cache)[0, -1]  # [1, m, d] -> [d]
+        return h, x
 
     def propose_tree(self, context_ids, shape, sampling, generator=None,
                      max_depth=None):  # [T] -> (Tree, [n+1], q)

@@ -644,3 +644,134 @@ def test_set_aside_takes_the_compiled_pass_off_inside_the_block_and_puts_it_back
     with aot.set_aside(model):  # nothing attached: nothing to set aside, nothing put back
         pass
     assert aot.compiled_pass(model) is None
+
+
+@pytest.fixture(scope="module")
+def built_chain(built_head, tmp_path_factory):
+    """The tiny head's chain of 2 drafts in one call (models.aot_chain), built at one thread, on a compiled
+    head of its own (the per-pass package for what the chain does not serve)."""
+    from specdec_ref.models import aot_chain
+    model, head, compiled = built_head
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        path = aot_chain.build_chain(head, 2, tmp_path_factory.mktemp("chain") / "chain.pt2", options=FAST,
+                                     verbose=False)
+    finally:
+        torch.set_num_threads(before)
+    chained = aot_head.CompiledHead(head, compiled.runner, compiled.path)
+    chains = aot_chain.CompiledChains(head)
+    chains.runners[2] = aot.load_package(path)
+    chained.__dict__["chains"] = chains
+    return model, head, chained
+
+
+def _counted(chains, calls: list) -> None:  # the chain package's calls, appended to calls
+    run = chains.runners[2]
+    chains.runners[2] = lambda *a: calls.append(1) or run(*a)
+
+
+def _inverse_cdf(row: torch.Tensor, u: float) -> int:  # [V] -> the token `sampling.sample` draws at u
+    cdf = row.double().cumsum(0)
+    return int(torch.searchsorted(cdf, torch.tensor([u], dtype=torch.float64) * cdf[-1], right=True))
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("temperature,sharpness", [(0.0, 1.0), (1.0, 1.0), (0.7, 1.3)])
+def test_a_chain_in_one_call_drafts_from_the_rows_the_head_gives_pass_by_pass(built_chain, temperature,
+                                                                             sharpness):
+    """Greedy: the same tokens and one-hot rows as the eager head's chain. Sampled: each row is the eager
+    head's distribution after the tokens drafted before it (sharpness over the temperature applied), and each
+    token is the one `sampling.sample` draws from that row at the uniform the call drew: every token is a draw
+    from the row the loop verifies it against. The cache carries on across proposals and buffer growth."""
+    from transformers import DynamicCache
+    model, head, chained = built_chain
+    ids = torch.randint(0, 40, (600,), generator=torch.Generator().manual_seed(4))
+    feats = model(input_ids=ids[None], output_hidden_states=True).hidden_states[-1][0]  # [600, d]
+    sampling = sd.SamplingConfig(temperature)
+    drafter, calls = sd.FeatureDrafter(chained, sharpness=sharpness), []
+    _counted(chained.chains, calls)
+    drafter.sync(1, feats[:1])
+    # the first feed (119 pairs, more than a pass takes) goes pass by pass; then up to 60 pairs a proposal,
+    # past the first buffers' 512 positions
+    for n in (120, 121, 124, 125, 180, 240, 300, 360, 420, 480, 520, 523):
+        drafter.sync(n, feats[:n])
+        g = torch.Generator().manual_seed(n)
+        state, before = g.get_state(), len(calls)
+        tokens, rows = drafter.propose(ids[:n], 2, sampling, g)
+        assert len(calls) == before + (n != 120), n  # in one call
+        assert tokens.shape == (2,) and rows.shape == (2, head.vocab_size) and drafter.n_cached == n - 1
+        # the eager head, fed the same pairs and then the chain's own first token
+        cache = DynamicCache()
+        f = head(feats[None, :n - 1], ids[None, 1:n], cache)[:, -1:]  # [1, 1, d]
+        want = []
+        for i in range(2):
+            logits = head.logits(f[0])[0]  # [V], -inf off the head's tokens
+            want.append(sd.sampling.logits_to_probs(sharpness * logits, sampling) if temperature else
+                        sd.sampling.point_masses(logits.argmax(), head.vocab_size, logits.dtype))
+            f = head(f, tokens[i].view(1, 1), cache)
+        assert torch.allclose(rows, torch.stack(want), atol=1e-4), n
+        if temperature == 0:
+            assert torch.equal(tokens, torch.stack(want).argmax(-1)), n
+        elif n != 120:
+            g.set_state(state)
+            u = torch.rand(2, generator=g, dtype=torch.float64).tolist()  # the uniforms the call drew
+            assert [_inverse_cdf(rows[i], u[i]) for i in range(2)] == tokens.tolist(), n
+    if temperature:  # power: another sharpness gives other rows, so the comparison above can fail
+        rows = []
+        for s in (sharpness, sharpness + 0.5):
+            other = sd.FeatureDrafter(chained, sharpness=s)
+            other.sync(100, feats[:100])
+            other.propose(ids[:100], 2, sampling, torch.Generator().manual_seed(0))
+            other.sync(101, feats[:101])
+            rows.append(other.propose(ids[:101], 2, sampling, torch.Generator().manual_seed(0))[1][0])
+        assert not torch.allclose(rows[0], rows[1], atol=1e-3)
+
+
+@torch.inference_mode()
+def test_what_a_chain_in_one_call_does_not_serve_goes_pass_by_pass(built_chain):
+    """No package for γ, top-k or top-p sampling, more pairs than a pass takes, a confidence stop: the chain's
+    package is never called, and the drafter drafts pass by pass as before."""
+    from specdec_ref.models import aot_chain
+    model, head, chained = built_chain
+    ids = torch.randint(0, 40, (300,), generator=torch.Generator().manual_seed(5))
+    feats = model(input_ids=ids[None], output_hidden_states=True).hidden_states[-1][0]
+    calls = []
+    _counted(chained.chains, calls)
+    cases = [(sd.FeatureDrafter(chained), 3, sd.SamplingConfig(1.0), 150),  # no package for 3
+             (sd.FeatureDrafter(chained), 2, sd.SamplingConfig(1.0, top_k=5), 150),
+             (sd.FeatureDrafter(chained), 2, sd.SamplingConfig(1.0, top_p=0.9), 150),
+             (sd.FeatureDrafter(chained, confidence_stop=0.1), 2, sd.SamplingConfig(0.0), 150),
+             (sd.FeatureDrafter(chained), 2, sd.SamplingConfig(0.0), 100 + aot.MAX_QUERY + 1)]
+    for drafter, gamma, sampling, n in cases:
+        drafter.sync(100, feats[:100])
+        drafter.propose(ids[:100], gamma, sampling, torch.Generator().manual_seed(0))  # the first feed
+        drafter.sync(n, feats[:n])
+        tokens, rows = drafter.propose(ids[:n], gamma, sampling, torch.Generator().manual_seed(0))
+        assert tokens.shape[0] >= 1 and rows.shape == (tokens.shape[0], head.vocab_size)
+    assert calls == []
+    drafter = sd.FeatureDrafter(chained)  # power: a plain chain of 2 does call it
+    drafter.sync(100, feats[:100])
+    drafter.propose(ids[:100], 2, sd.SamplingConfig(0.0))
+    drafter.sync(101, feats[:101])
+    drafter.propose(ids[:101], 2, sd.SamplingConfig(0.0))
+    assert calls == [1]
+    assert chained.chains.built() == [2]
+    # this machine's cache has no chain package for the head: nothing built, and nothing to draft with
+    fresh = aot_chain.CompiledChains(head)
+    assert fresh.built() == [] and fresh.runner(2) is None
+    assert fresh.draft(feats[:1], ids[1:2], chained.new_cache(), 2, sd.SamplingConfig(0.0), None) is None
+
+
+@torch.inference_mode()
+def test_greedy_chains_drafted_in_one_call_give_plain_decodings_tokens(built_chain):
+    model, _, chained = built_chain
+    ids = torch.randint(0, 40, (1, 30), generator=torch.Generator().manual_seed(6))
+    plain = sd.autoregressive_generate(model, ids, 40, sampling=sd.SamplingConfig(0.0), cache="dynamic")
+    calls = []
+    _counted(chained.chains, calls)
+    out = sd.speculative_generate(model, sd.FeatureDrafter(chained), ids, 40, gamma=2,
+                                  sampling=sd.SamplingConfig(0.0), cache="dynamic")
+    assert torch.equal(out.tokens, plain.tokens)
+    drafted = [d for d in out.stats.drafted if d]  # the last iterations may draft fewer: the tokens left
+    assert len(calls) == drafted.count(2) > 10 and out.stats.draft_calls == sum(drafted)  # γ passes, one call

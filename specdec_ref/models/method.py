@@ -178,11 +178,12 @@ def machine_key(target, drafter) -> str:
     device = next(target.parameters()).device
     head = getattr(drafter, "head", None)
     head_package = getattr(head, "path", None)  # a compiled head (models.aot_head.CompiledHead): its package
+    chains = getattr(head, "chains", None)  # and the chains it drafts in one call (models.aot_chain)
     parts = [COST_MODEL, chip_name(device), device.type, str(torch.get_num_threads()), str(target.dtype),
              torch.__version__, package_version(), type(target).__name__,
              str(target.config.num_hidden_layers), str(target.config.hidden_size), type(drafter).__name__,
              type(head).__name__, kernel_path(target), getattr(head_package, "name", ""),
-             str(getattr(target.config, "_attn_implementation", ""))]
+             str(getattr(target.config, "_attn_implementation", "")), str(chains.built() if chains else "")]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 

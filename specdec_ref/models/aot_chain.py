@@ -1,0 +1,190 @@
+"""A feature head's whole chain of γ drafts in one compiled call (AOTInductor), greedy or sampled.
+
+With the head's pass compiled (`models.aot_head`), a chain of γ = 2 still made about 35 small tensor
+operations a proposal between and around its two package calls: positions, masks and views for each pass, the
+draw (a softmax, a cumulative sum, a uniform, a binary search), the token's id, and the rows spread over the
+vocabulary at the end. Right after a target pass each of those costs tens of microseconds (the appendix on CPU
+kernels, "The loop's bookkeeping, paid from memory"), and together they were most of the loop's own work at
+T = 1 (`scripts/loop_phases.py`).
+
+`HeadChain` is the proposal itself, traced once for a given γ: the head's pass over the pairs not fed yet
+(q rows), then γ - 1 passes of one row, each fed the token just drafted and the head's own output features,
+every draw inside. A draw is the loop's own rule (`sampling.draw`): softmax of the head's logits times
+`scale` (its sharpness over the temperature), in float32, inverted at one uniform through a float64
+cumulative sum; greedy, the first of the largest logits. The uniforms come in (one `torch.rand` call), so the
+generator's draws stay the caller's, and the rows the tokens were drawn from come out over the whole
+vocabulary (one-hot rows when greedy), as `FeatureDrafter.propose` returns them. One package serves both
+(`greedy` is an input), every q up to `MAX_QUERY` and every buffer length; `build_chain` compiles it for
+one γ (about a minute on 2 cores), `python -m specdec_ref compile` for the γ this machine's calibration
+might choose; `CompiledHead.draft_chain` runs it where the package exists, and everything else (trees, top-k
+or top-p sampling, a confidence stop, a long first feed) stays with the per-pass package.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..cache import cache_kwargs
+from ..sampling import SamplingConfig
+from .aot import (BLOCK, COMPILED_ATTENTION, MAX_BLOCKS, MAX_QUERY, MIN_BLOCKS, _compile, _dims, causal_mask,
+                  load_package, package_path)
+from .aot_head import CompiledHead, HeadKV, HeadStep, head_supported
+from .kernels import attention_implementation
+from .kv import kv_buffers
+
+CHAIN_FORMAT = "chain-1"  # the chain packages' inputs and outputs; a change rebuilds
+CHAIN_GAMMAS = (2,)  # the chains `python -m specdec_ref compile` builds a package for (2: every calibration
+# so far chose a chain of 2 when sampling; any other γ is `build_chain(head, γ)` away)
+
+
+def chain_package_path(head, gamma: int) -> Path:
+    """Where this machine's package for a chain of γ drafts by this head is, or would be, kept."""
+    return package_path(head, f"{CHAIN_FORMAT}-g{int(gamma)}")
+
+
+class HeadChain(nn.Module):
+    """A chain of γ drafts by a `FeatureHead`, for torch.export:
+
+        (tokens [1, q], table [V, d], features [1, q, d], positions [1, q + γ - 1], write [] long,
+         mask [1, 1, q + γ - 1, write + q + γ - 1], uniforms [γ] float64, scale [] float32, greedy [] bool,
+         k_0, v_0, ...)
+        -> (the drafted tokens [γ], vocabulary ids; the rows they were drawn from [γ, V] float32)
+
+    Pass 0 feeds the q pairs (feature, token) not fed yet, at positions write..write+q-1, and drafts from its
+    last row; pass j > 0 feeds the token drafted before it with that row's output features, at position
+    write + q + j - 1. positions and mask hold every pass's rows (a causal mask over write + q + γ - 1
+    positions): pass j reads its own rows, and the mask's columns up to its own position. Every pass writes
+    its keys and values into the buffers; the caller keeps the first write + q (`HeadKV.length`) and leaves
+    the guesses' positions to be overwritten.
+    """
+
+    def __init__(self, head, gamma: int):
+        super().__init__()
+        if not (isinstance(gamma, int) and gamma >= 1):
+            raise ValueError(f"a chain drafts gamma >= 1 tokens, got {gamma!r}")
+        self.step, self.gamma = HeadStep(head), gamma
+
+    def forward(self, tokens, table, features, positions, write, mask, uniforms, scale, greedy, *kv):
+        head, cache, gamma = self.step.head, self.step.cache, self.gamma
+        for i, layer in enumerate(cache.layers):  # each pass moves cumulative_length on by its rows
+            layer.keys, layer.values = kv[2 * i], kv[2 * i + 1]
+            layer.max_cache_len = kv[2 * i].shape[2]
+            layer.cumulative_length = write.clone()
+        keep = head.head.keep_ids  # [K] ascending vocabulary ids
+        q, width = tokens.shape[1], mask.shape[3] - (gamma - 1)  # pass 0 sees write + q positions
+        columns = torch.arange(keep.shape[0], device=keep.device)  # [K]
+        x, f, rows, drafted, dists = tokens, features, slice(0, q), [], []
+        for j in range(gamma):
+            h = head.fc(torch.cat([F.embedding(x, table), f], dim=-1))  # [1, n, 2d] -> [1, n, d]
+            out = head.body(inputs_embeds=h, position_ids=positions[:, rows],
+                            attention_mask=mask[:, :, rows, :width + j],
+                            **cache_kwargs(head.body, cache), use_cache=True)
+            f = out.last_hidden_state[:, -1:]  # [1, 1, d] the head's guess of the next feature
+            logits = head.head.reduced_logits(f[0])  # [1, K]
+            # [1, K] in float32 (float64 for a float64 head), as `logits_to_probs` at temperature 1 / scale
+            probs = (logits.to(torch.promote_types(logits.dtype, torch.float32)) * scale).softmax(-1)
+            cdf = probs.double().cumsum(-1)  # [1, K], as `sampling.sample`
+            k = torch.searchsorted(cdf, uniforms[j].view(1, 1) * cdf[:, -1:], right=True)  # [1, 1]
+            # rounding can put u * total at the total itself: then the last token with any mass (`sample`)
+            k = torch.minimum(k, torch.where(probs > 0, columns, -1).amax(-1, keepdim=True))
+            k = torch.where(greedy, logits.argmax(-1, keepdim=True), k)  # [1, 1] a column of the K
+            dists.append(torch.where(greedy, (columns == k).to(probs.dtype), probs))  # [1, K]
+            drafted.append(keep[k[:, 0]])  # [1]
+            x, rows = drafted[-1][None], slice(q + j, q + j + 1)
+        spread = torch.zeros(gamma, head.vocab_size, dtype=probs.dtype, device=keep.device)  # [γ, V]
+        return torch.cat(drafted), spread.index_copy_(1, keep, torch.cat(dists))
+
+
+def chain_example_inputs(head, gamma: int, q: int = 3, length: int = MIN_BLOCKS * BLOCK,
+                         start: int = 5) -> tuple:
+    dtype, device = head.fc.weight.dtype, head.fc.weight.device
+    d, n = head.fc.out_features, q + gamma - 1
+    kv = kv_buffers(head.body, length, dtype, device, separate=True)
+    return (torch.arange(q, device=device)[None], head.embed.weight,
+            torch.randn(1, q, d, dtype=dtype, device=device),
+            torch.arange(start, start + n, device=device)[None], torch.tensor(start, device=device),
+            causal_mask(start, n, dtype, device), torch.rand(gamma, dtype=torch.float64, device=device),
+            torch.tensor(1.0, device=device), torch.tensor(False, device=device), *kv)
+
+
+def build_chain(head, gamma: int, path: Path | None = None, *, options: dict | None = None,
+                verbose: bool = True) -> Path:
+    """`build` for a chain of γ drafts by a feature head (`HeadChain`): about a minute on a 2-core CPU."""
+    problem = head_supported(head)
+    if problem is not None:
+        raise ValueError(f"cannot compile this head's chain: {problem}")
+    inputs = chain_example_inputs(head, gamma)
+    q, length, _ = _dims()
+    rows = q + (gamma - 1) if gamma > 1 else q
+    # a chain sees at least one cached position, then one fed pair and γ - 1 guesses
+    end = torch.export.Dim("end", min=gamma + 1, max=MAX_BLOCKS * BLOCK)
+    shapes = ({1: q}, None, {1: q}, {1: rows}, None, {2: rows, 3: end}, None, None, None,
+              tuple({2: length} for _ in range(len(inputs) - 9)))
+    with attention_implementation(head, COMPILED_ATTENTION):  # while exported and compiled
+        return _compile(HeadChain(head, gamma).eval(), inputs, shapes,
+                        Path(path or chain_package_path(head, gamma)), options,
+                        f"the feature head's chain of {gamma}" if verbose else "")
+
+
+
+class CompiledChains:
+    """This machine's chain packages for one feature head, loaded on first use of each γ; `draft` runs one.
+    `loading` gives a `CompiledHead` one as its `chains`, which `FeatureDrafter.propose` asks first."""
+
+    def __init__(self, head):
+        self.head, self.runners = head, {}
+        self.flags = {g: torch.tensor(g, device=head.fc.weight.device) for g in (False, True)}
+        self.scales, self.zeros = {}, {}  # 0-d scale tensors and greedy's unused uniforms, kept
+
+    def runner(self, gamma: int):
+        if gamma not in self.runners:
+            path = chain_package_path(self.head, gamma)
+            self.runners[gamma] = load_package(path) if path.exists() else None
+        return self.runners[gamma]
+
+    def built(self) -> list[int]:
+        """The γ this machine has a package for (of those `python -m specdec_ref compile` builds)."""
+        return [g for g in CHAIN_GAMMAS if self.runners.get(g) or chain_package_path(self.head, g).exists()]
+
+    def wrap(self, wrapper) -> None:
+        """Every built chain's runner replaced by wrapper(runner): the scripts that time the packages' calls
+        (`lab.timing.InsideClock.wrap`)."""
+        for g in self.built():
+            self.runners[g] = wrapper(self.runner(g))
+
+    def draft(self, hidden: torch.Tensor, tokens: torch.Tensor, cache, gamma: int, sampling: SamplingConfig,
+              generator: torch.Generator | None, sharpness: float = 1.0,
+              ) -> tuple[torch.Tensor, torch.Tensor] | None:  # [q, d], [q] -> ([γ], [γ, V]), or None
+        """Feed the pairs (hidden, tokens) into a `HeadKV` cache and draft γ tokens after them, in one call:
+        what `FeatureDrafter.propose` does with a compiled head and no confidence stop. None where this
+        machine has no package for γ, the draw is not a plain one (top-k, top-p), or there are more than
+        MAX_QUERY pairs (the first proposal after a long prompt); the caller then drafts pass by pass."""
+        q = tokens.shape[0]
+        if (sampling.top_k is not None or sampling.top_p not in (None, 1) or not 1 <= q <= MAX_QUERY
+                or not isinstance(cache, HeadKV) or self.runner(gamma) is None):
+            return None
+        w = self.head.fc.weight
+        device, start, n = w.device, cache.length, q + gamma - 1
+        cache.make_room(start + n)
+        if sampling.greedy:
+            uniforms = self.zeros.setdefault(gamma, torch.zeros(gamma, dtype=torch.float64, device=device))
+        else:
+            uniforms = torch.rand(gamma, generator=generator, dtype=torch.float64, device=device)  # [γ]
+        scale = 1.0 if sampling.greedy else sharpness / sampling.temperature
+        if scale not in self.scales:
+            self.scales[scale] = torch.tensor(scale, dtype=torch.float32, device=device)
+        out, rows = self.runner(gamma)(tokens[None], self.head.embed.weight, hidden[None].to(w.dtype),
+                                       cache.counter.positions(start, n), cache.counter.scalar(start),
+                                       causal_mask(start, n, w.dtype, device), uniforms, self.scales[scale],
+                                       self.flags[sampling.greedy], *cache.kv)
+        cache.length = start + q  # the pairs fed stay; the guesses' positions are left to be overwritten
+        return out, rows
+
+
+def attach_chains(head) -> None:
+    """Give a `CompiledHead` this machine's chain packages (`CompiledChains`, loaded when first asked)."""
+    if isinstance(head, CompiledHead):
+        head.__dict__["chains"] = CompiledChains(head.inner)
