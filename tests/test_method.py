@@ -218,6 +218,45 @@ def test_the_machine_key_follows_the_compiled_head_package(pair):
     assert keys[0] == keys[1] and keys[1] != keys[2]  # power: the same package, the same key
 
 
+class _Chains:  # what the choice reads of a models.aot_chain.CompiledChains
+    def __init__(self, built):
+        self._built = built
+
+    def built(self):
+        return self._built
+
+
+class _WithChains:  # a drafter whose compiled head drafts these chains in one call
+    def __init__(self, built):
+        self.head = type("Head", (), {"chains": _Chains(built)})()
+
+
+def test_chains_drafted_in_one_call_are_the_chains_calibrated_and_chosen():
+    """Where the head drafts some chains in one call (cheaper than pass by pass), the calibration times those
+    chains in place of its own, and the choice weighs no other chain; trees stay. Without such packages,
+    nothing changes (power: the filter and the replacement act only then)."""
+    plain, chained = _WithChains([]), _WithChains([2])
+    assert mm.calibration_methods(plain) == mm.CALIBRATION == mm.calibration_methods(object())
+    methods = mm.calibration_methods(chained)
+    assert [m for m in methods if isinstance(m[0], int)] == [(2, False), (2, True)]
+    trees = [m for m in mm.CALIBRATION if isinstance(m[0], sd.TreeBudget)]
+    assert [m for m in methods if isinstance(m[0], sd.TreeBudget)] == trees
+    assert len({s for _, s in methods}) == 2  # greedy and sampled both timed
+    taus = {"chain γ=1": 1.5, "chain γ=2": 1.8, "chain γ=3": 2.0, "tree 2/2/4": 2.2}
+    assert mm.choosable(taus, plain) == taus
+    assert mm.choosable(taus, chained) == {"chain γ=2": 1.8, "tree 2/2/4": 2.2}
+    assert mm.one_call_chains(chained) == [2] and mm.one_call_chains(plain) == []
+
+
+def test_a_machine_key_changes_with_the_chains_drafted_in_one_call(pair):
+    target, drafter = pair
+    keys = []
+    for built in ([], [2], [2]):
+        drafter.head = _WithChains(built).head
+        keys.append(mm.machine_key(target, drafter))
+    assert keys[0] != keys[1] == keys[2]
+
+
 def calibrated_once(pair, monkeypatch):
     """A steady machine's costs, calibrated and cached once: (target, drafter, ids, the cache file, its
     contents)."""

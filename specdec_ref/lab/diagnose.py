@@ -19,8 +19,8 @@ from ..cache import CachedModel, vocab_size
 from ..drafters import FeatureDrafter, TreeDrafter
 from ..generate import as_drafter, autoregressive_generate, speculative_generate
 from ..models.kernels import kernel_path
-from ..models.method import (CANDIDATES, calibrate, choose, cold_extra, loop_step_seconds, method_name,
-                             parse_method, pass_seconds, timed_steps)
+from ..models.method import (CANDIDATES, calibrate, choosable, choose, cold_extra, loop_step_seconds,
+                             method_name, parse_method, pass_seconds, timed_steps)
 from ..sampling import SamplingConfig
 from .bench import Row, cost_ratio, run_interleaved
 from .compare import target_answers
@@ -270,7 +270,9 @@ def diagnose(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, 
         "(models.method, as the default choice does) ...")
     costs = calibrate(target, drafter, encoded[0])
     # the loader's choice, on measured τ
-    best_method, predicted = choose(taus, costs, not sampling.greedy, passes, nodes)
+    predicted = choose(taus, costs, not sampling.greedy, passes, nodes)[1]  # every method's prediction
+    usable = choosable(predicted, drafter)  # the methods the choice weighs (`models.method.choosable`)
+    best_method = parse_method(max(usable, key=usable.get))
     best = method_name(best_method)
     coverage = None
     if isinstance(drafter, FeatureDrafter):  # what a tree of this head can keep, depth by depth

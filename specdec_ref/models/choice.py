@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from .method import Costs, Method, calibrated_costs, choose, method_name
+from .method import Costs, Method, calibrated_costs, choosable, choose, method_name
 
 
 @dataclass
@@ -57,8 +57,9 @@ def choose_defaults(target, drafter, quality: dict, ids: torch.Tensor) -> Choice
     costs = calibrated_costs(target, drafter, ids)
     # per iteration, by method (older quality files lack them)
     passes, nodes = quality.get("draft_passes", {}), quality.get("draft_nodes", {})
-    greedy, pg = choose(quality["tau"]["greedy"], costs, False, passes.get("greedy"), nodes.get("greedy"))
-    sampled, ps = choose(quality["tau"]["T=1"], costs, True, passes.get("T=1"), nodes.get("T=1"))
+    taus = {key: choosable(quality["tau"][key], drafter) for key in ("greedy", "T=1")}
+    greedy, pg = choose(taus["greedy"], costs, False, passes.get("greedy"), nodes.get("greedy"))
+    sampled, ps = choose(taus["T=1"], costs, True, passes.get("T=1"), nodes.get("T=1"))
     return Choice(greedy, sampled, {"greedy": pg, "T=1": ps}, costs)
 
 

@@ -58,6 +58,32 @@ CANDIDATES: tuple[Method, ...] = (1, 2, 3, 4, 5, 6, TreeBudget(1, 2, 2), TreeBud
 CALIBRATION = ((1, False), (3, False), (TreeBudget(2, 2, 4), False), (TreeBudget(4, 4, 12), False),
                (3, True), (TreeBudget(2, 2, 4), True), (TreeBudget(4, 4, 12), True))
 ROUNDS = 2  # the methods' iterations are timed in this many interleaved rounds
+
+
+def one_call_chains(drafter) -> list[int]:
+    """The γ whose chains this drafter's compiled head drafts in one call (`models.aot_chain`), if any."""
+    chains = getattr(getattr(drafter, "head", None), "chains", None)
+    return chains.built() if chains is not None else []
+
+
+def calibration_methods(drafter) -> tuple[tuple[Method, bool], ...]:
+    """CALIBRATION, its chains replaced by those drafted in one call where the head has such packages: they
+    cost less than chains drafted pass by pass, and they are the only chains the choice then considers
+    (`choosable`)."""
+    built = one_call_chains(drafter)
+    if not built:
+        return CALIBRATION
+    trees = [(m, s) for m, s in CALIBRATION if isinstance(m, TreeBudget)]
+    return tuple([(g, False) for g in built] + [t for t in trees if not t[1]] + [(built[-1], True)]
+                 + [t for t in trees if t[1]])
+
+
+def choosable(taus: dict[str, float], drafter) -> dict[str, float]:
+    """The recorded methods the choice weighs: every one, except chains of a γ not drafted in one call where
+    some are (`calibration_methods` priced only those)."""
+    built = one_call_chains(drafter)
+    return {name: tau for name, tau in taus.items()
+            if not built or not isinstance(parse_method(name), int) or parse_method(name) in built}
 VERIFY_KS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 13, 17)  # t(7) > t(8) with oneDNN in bfloat16 on a Zen 5
 
 
@@ -311,9 +337,10 @@ def calibrate(target, drafter, ids: torch.Tensor, n_tokens: int = 16) -> Costs: 
     # c_row too: fitted, it is nearly collinear with h_node (a bigger tree has more nodes and more draft rows)
     wide = min(4, ids.shape[1] - 1)
     c_row = max(draft_pass_seconds(target, drafter, ids, rows=wide) - draft_s, 0.0) / max(wide - 1, 1) / t1
-    rests: dict[tuple[Method, bool], list[float]] = {key: [] for key in CALIBRATION}
+    methods = calibration_methods(drafter)
+    rests: dict[tuple[Method, bool], list[float]] = {key: [] for key in methods}
     steps = [loop_step_seconds(target, ids, n_tokens)]
-    for method, sampled in CALIBRATION * ROUNDS:  # every method, then all of them again
+    for method, sampled in methods * ROUNDS:  # every method, then all of them again
         how = method_kwargs(method)
         # the first iterations are the prefill and (a feature drafter) the first feed of the prompt's features
         its = timed_steps(target, drafter, ids, n_tokens, how, SamplingConfig(1.0 if sampled else 0.0),
