@@ -28,6 +28,7 @@ the draws now inside the package, fell from 0.18 to 0.09 t(1) at T = 1 and from 
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -105,6 +106,34 @@ class HeadChain(nn.Module):
         return torch.cat(drafted), spread.index_copy_(1, keep, torch.cat(dists))
 
 
+@contextmanager
+def shared_constants():
+    """While compiling, Inductor keeps one copy of constants that are equal, not only of the same tensor.
+
+    Its C++ GEMM template lays each frozen weight out for its micro-GEMM once per product that uses it, as a
+    new constant; a chain's passes multiply by the same weights, so each layer's weights were kept twice (the
+    package of a chain of 2 held 36 MB of them instead of 18), and a chain's second pass read its own copy
+    from memory instead of the copy its first pass had just brought into the cache."""
+    from torch._inductor.graph import GraphLowering
+    allocate = GraphLowering.allocate_non_dup_const_name
+
+    def deduplicated(self, name, data):
+        for known, value in self.constants.items():
+            try:
+                if (value.dtype == data.dtype and value.shape == data.shape and value.device == data.device
+                        and value.stride() == data.stride() and torch.equal(value, data)):
+                    return known
+            except RuntimeError:  # a tensor without data (fake or meta): not compared
+                continue
+        return allocate(self, name, data)
+
+    GraphLowering.allocate_non_dup_const_name = deduplicated
+    try:
+        yield
+    finally:
+        GraphLowering.allocate_non_dup_const_name = allocate
+
+
 def chain_example_inputs(head, gamma: int, q: int = 3, length: int = MIN_BLOCKS * BLOCK,
                          start: int = 5) -> tuple:
     dtype, device = head.fc.weight.dtype, head.fc.weight.device
@@ -130,7 +159,8 @@ def build_chain(head, gamma: int, path: Path | None = None, *, options: dict | N
     end = torch.export.Dim("end", min=gamma + 1, max=MAX_BLOCKS * BLOCK)
     shapes = ({1: q}, None, {1: q}, {1: rows}, None, {2: rows, 3: end}, None, None, None,
               tuple({2: length} for _ in range(len(inputs) - 9)))
-    with attention_implementation(head, COMPILED_ATTENTION):  # while exported and compiled
+    # while exported and compiled
+    with attention_implementation(head, COMPILED_ATTENTION), shared_constants():
         return _compile(HeadChain(head, gamma).eval(), inputs, shapes,
                         Path(path or chain_package_path(head, gamma)), options,
                         f"the feature head's chain of {gamma}" if verbose else "")
