@@ -260,7 +260,8 @@ class ScheduledDrafter:
         self._proposed = (0, 0)  # (context length, tokens proposed) of the last proposal
 
     def __getattr__(self, name):  # the rest of the contract is the wrapped drafter's
-        if name in ("vocab_size", "default_gamma", "wants_target_hidden", "calls", "n_cached"):
+        if name in ("vocab_size", "default_gamma", "wants_target_hidden", "calls", "n_cached") \
+                and "drafter" in self.__dict__:
             return getattr(self.__dict__["drafter"], name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 

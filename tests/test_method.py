@@ -67,6 +67,35 @@ def test_the_first_draft_pass_of_an_iteration_is_priced_at_c_first_once():
     assert mm.iteration_cost(3, 2.0, replace(base, c_first=0.0)) == mm.iteration_cost(3, 2.0, base)
 
 
+def test_a_chain_drafted_in_one_call_is_priced_at_its_own_measured_cost():
+    """c_chain["γ"] replaces the chain's passes and its cold first pass; its fed rows still cost c_row each;
+    other chains and trees are priced as before (power: without c_chain the same chain costs the sum)."""
+    base = replace(costs(0.1), c_first=0.08)
+    one_call = replace(base, c_chain={"2": 0.07})
+    expect = base.verify_cost(3) + 0.07 + 0.002 * (2.0 - 1) + base.h0  # τ = 2 rows fed
+    assert mm.iteration_cost(2, 2.0, one_call) == pytest.approx(expect)
+    assert mm.iteration_cost(2, 2.0, base) == pytest.approx(expect - 0.07 + 2 * 0.03 + (0.08 - 0.03))
+    for method in (3, sd.TreeBudget(3, 2, 5)):
+        assert mm.iteration_cost(method, 2.0, one_call) == mm.iteration_cost(method, 2.0, base)
+
+
+def test_the_calibration_prices_the_chains_drafted_in_one_call(pair, monkeypatch):
+    target, drafter = pair
+    monkeypatch.setattr(mm, "one_call_chains", lambda drafter: [2])
+    timed, real = [], mm.timed_steps
+
+    def timed_steps(target, drafter, ids, n, how, *args, **kwargs):
+        if not isinstance(drafter, mm.NoDraft):
+            timed.append(how)
+        return real(target, drafter, ids, n, how, *args, **kwargs)
+    monkeypatch.setattr(mm, "timed_steps", timed_steps)
+    c = mm.calibrate(target, drafter, torch.tensor([[1, 2, 3, 4, 5]]))
+    assert list(c.c_chain) == ["2"] and c.c_chain["2"] > 0
+    assert dict(gamma=2) in timed and dict(gamma=3) not in timed and dict(gamma=1) not in timed
+    monkeypatch.setattr(mm, "one_call_chains", lambda drafter: [])  # power: no such chains, none priced
+    assert mm.calibrate(target, drafter, torch.tensor([[1, 2, 3, 4, 5]])).c_chain == {}
+
+
 def test_draft_passes_after_target_follow_a_target_pass_each():
     from specdec_ref.models.toy import tiny_pair
     target, draft = tiny_pair(vocab_size=8, seed=0)

@@ -33,13 +33,19 @@ class Choice:
                 f"from this machine's t(k)/t(1) = {c.verify_cost(2):.2f} (k=2), "
                 f"{c.verify_cost(5):.2f} (k=5), {c.verify_cost(13):.2f} (k=13), "
                 f"draft pass c₁ = {c.c_pass:.3f} ({max(c.c_first, c.c_pass):.3f} right after the target's; "
-                f"each with the loop's work around it), the rest of the loop's work h₀ = {c.h0:.3f} "
+                f"each with the loop's work around it{one_call(c)}), "
+                f"the rest of the loop's work h₀ = {c.h0:.3f} "
                 f"(+ {c.h_node:.3f} per tree node; when sampling + {c.h_sampled:.3f} "
                 f"+ {c.h_node_sampled:.3f} per node), and the head's recorded τ by method\n"
                 "  override: speculative_generate(..., gamma=γ) or "
                 "tree=sd.TreeBudget(depth, topk, n_nodes, stop=p); SPECDEC_CALIBRATE=0 skips the calibration")
         slower = plain_is_faster(pg, ps)
         return text if slower is None else text + "\n  " + slower
+
+
+def one_call(costs: Costs) -> str:
+    """", a chain of 2 drafted in one call 0.081" for each chain drafted in one call (`Costs.c_chain`)."""
+    return "".join(f", a chain of {g} drafted in one call {c:.3f}" for g, c in costs.c_chain.items())
 
 
 def plain_is_faster(greedy: float, sampled: float) -> str | None:

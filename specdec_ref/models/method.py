@@ -20,8 +20,9 @@ c₁ a one-row draft pass, c₁' the first one of an iteration (right after the 
 draft's weights out of the caches), c_row each further row, h₀ the loop's own work per iteration and h_node a
 tree's per node (growing it, its masks and positions, keeping its path; |𝒯| = 0 for a chain); δ and
 δ_node the same when sampling (probabilities over the vocabulary: a sampled tree builds a row and residuals
-per node). One h₀ fitted on chains and trees together would price a chain at a tree's bookkeeping. The
-predicted speedup is τ / cost.
+per node). One h₀ fitted on chains and trees together would price a chain at a tree's bookkeeping. A chain
+that a compiled head drafts in one call (`models.aot_chain`) has its Σ and c₁' measured as one price, c_γ
+(`Costs.c_chain`). The predicted speedup is τ / cost.
 `lab.diagnose` predicts with the same `predicted_speedup`, from the τ it measures on the spot.
 """
 from __future__ import annotations
@@ -30,7 +31,7 @@ import hashlib
 import json
 import statistics
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -60,27 +61,23 @@ CALIBRATION = ((1, False), (3, False), (TreeBudget(2, 2, 4), False), (TreeBudget
 ROUNDS = 2  # the methods' iterations are timed in this many interleaved rounds
 
 
-def one_call_chains(drafter) -> list[int]:
-    """The γ whose chains this drafter's compiled head drafts in one call (`models.aot_chain`), if any."""
+def one_call_chains(drafter) -> list[int]:  # the γ whose chains a compiled head drafts in one call, if any
     chains = getattr(getattr(drafter, "head", None), "chains", None)
     return chains.built() if chains is not None else []
 
 
 def calibration_methods(drafter) -> tuple[tuple[Method, bool], ...]:
-    """CALIBRATION, its chains replaced by those drafted in one call where the head has such packages: they
-    cost less than chains drafted pass by pass, and they are the only chains the choice then considers
-    (`choosable`)."""
+    """CALIBRATION, its chains replaced by those a compiled head drafts in one call, where it has any: the
+    only chains the choice then weighs (`choosable`)."""
     built = one_call_chains(drafter)
     if not built:
         return CALIBRATION
     trees = [(m, s) for m, s in CALIBRATION if isinstance(m, TreeBudget)]
-    return tuple([(g, False) for g in built] + [t for t in trees if not t[1]] + [(built[-1], True)]
-                 + [t for t in trees if t[1]])
+    return tuple([(g, False) for g in built] + trees[:2] + [(built[-1], True)] + trees[2:])
 
 
 def choosable(taus: dict[str, float], drafter) -> dict[str, float]:
-    """The recorded methods the choice weighs: every one, except chains of a γ not drafted in one call where
-    some are (`calibration_methods` priced only those)."""
+    """The recorded methods the choice weighs: all, less chains not drafted in one call where some are."""
     built = one_call_chains(drafter)
     return {name: tau for name, tau in taus.items()
             if not built or not isinstance(parse_method(name), int) or parse_method(name) in built}
@@ -110,8 +107,7 @@ def parse_method(name: str) -> Method:
                      f"' stop <p>'), got {name!r}")
 
 
-def method_kwargs(method: Method) -> dict:
-    """How `speculative_generate` is asked for a method: dict(gamma=γ) or dict(tree=budget)."""
+def method_kwargs(method: Method) -> dict:  # how `speculative_generate` is asked for a method
     return dict(tree=method) if isinstance(method, TreeBudget) else dict(gamma=method)
 
 
@@ -146,6 +142,7 @@ class Costs:
     h_node: float = 0.0  # a tree's bookkeeping per node (0 in costs saved before it was fitted)
     h_node_sampled: float = 0.0  # and per node when sampling
     c_first: float = 0.0  # the first draft pass of an iteration, after the target's (0: priced as c_pass)
+    c_chain: dict[str, float] = field(default_factory=dict)  # "γ": a chain drafted in one call, priced whole
 
     def verify_cost(self, k: float) -> float:  # t(k)/t(1), linear between measured k
         ks = sorted(self.verify)
@@ -166,6 +163,8 @@ def iteration_cost(method: Method, tau: float, costs: Costs, sampled: bool = Fal
     later = (len(rows) if passes is None else passes) - 1  # the passes after the first, all of one width
     draft = costs.c_pass + costs.c_row * (rows[0] - 1) + later * (costs.c_pass + costs.c_row * (rows[-1] - 1))
     draft += cold_extra(costs.c_first, costs.c_pass)
+    if str(method) in costs.c_chain:  # a chain drafted in one call: its own measured price, and its rows fed
+        draft = costs.c_chain[str(method)] + costs.c_row * (rows[0] - 1)
     rows = target_rows(method) if nodes is None else nodes + 1
     nodes = (rows - 1) * isinstance(method, TreeBudget)  # a tree's bookkeeping is per node
     return (costs.verify_cost(rows) + draft + costs.h0 + costs.h_node * nodes
@@ -193,7 +192,7 @@ def choose(taus: dict[str, float], costs: Costs, sampled: bool, passes: dict[str
 # ---------------------------------------------------------------------------------------------
 
 # the terms and how each is found: costs cached under another cost model are measured again
-COST_MODEL = (f"h0 + h_node (+ sampled), c_row and c_first measured, ordered t{VERIFY_KS}, "
+COST_MODEL = (f"h0 + h_node (+ sampled), c_row, c_first and one-call chains measured, ordered t{VERIFY_KS}, "
               f"medians of {ROUNDS} rounds of {[(method_name(m), s) for m, s in CALIBRATION]}")
 
 
@@ -287,17 +286,18 @@ def primed_drafter(target, drafter, tokens: torch.Tensor, with_target: bool):  #
     return lm, hidden
 
 
-def timed_draft_pass(drafter, tokens: torch.Tensor, hidden, rows: int = 1) -> float:  # [T] ->
-    """Seconds of one draft pass over the prompt's last `rows` rows, fed again (`primed_drafter` first)."""
+def timed_draft_pass(drafter, tokens: torch.Tensor, hidden, rows: int = 1, gamma: int = 1) -> float:
+    """Seconds of one draft pass over the prompt's last `rows` rows, fed again (`primed_drafter` first); with
+    gamma > 1, of a whole greedy proposal of gamma tokens."""
     drafter.sync(tokens.shape[0] - rows, hidden)  # forget the last rows: the pass feeds them again
     t0 = start_timer(tokens.device)
-    drafter.propose(tokens, 1, SamplingConfig(0))
+    drafter.propose(tokens, gamma, SamplingConfig(0))
     return seconds_since(t0, tokens.device)
 
 
 @torch.inference_mode()
 def draft_pass_seconds(target, drafter, ids: torch.Tensor, repeats: int = 5, rows: int = 1,
-                       after_target: bool = False) -> float:  # ids [1, T]
+                       after_target: bool = False, gamma: int = 1) -> float:  # ids [1, T]
     """Median seconds of one draft pass over the prompt's last `rows` rows, fed again, the draft's cache warm
     (`timed_draft_pass`). after_target: each follows a target pass, as an iteration's first draft pass does
     (the target's weights push the draft's out of the caches: 3 times the cost, offline head, Zen 5)."""
@@ -308,7 +308,7 @@ def draft_pass_seconds(target, drafter, ids: torch.Tensor, repeats: int = 5, row
         if after_target:  # the target's pass over the newest token, untimed
             lm.rollback(tokens.shape[0] - 1)
             lm.logits(tokens, keep=1)
-        dt = timed_draft_pass(drafter, tokens, hidden, rows)
+        dt = timed_draft_pass(drafter, tokens, hidden, rows, gamma)
         if r >= 2:
             times.append(dt)
     drafter.sync(0)
@@ -334,6 +334,8 @@ def calibrate(target, drafter, ids: torch.Tensor, n_tokens: int = 16) -> Costs: 
     t1 = (t[1] + pass_seconds(target, [1], ids.shape[1] + n_tokens // 2, repeats=5)[1]) / 2
     c_pass = draft_s / t1
     c_first = draft_pass_seconds(target, drafter, ids, after_target=True) / t1  # the iteration's first pass
+    c_chain = {str(g): draft_pass_seconds(target, drafter, ids, after_target=True, gamma=g) / t1
+               for g in one_call_chains(drafter)}  # chains drafted in one call, priced whole
     # c_row too: fitted, it is nearly collinear with h_node (a bigger tree has more nodes and more draft rows)
     wide = min(4, ids.shape[1] - 1)
     c_row = max(draft_pass_seconds(target, drafter, ids, rows=wide) - draft_s, 0.0) / max(wide - 1, 1) / t1
@@ -353,16 +355,18 @@ def calibrate(target, drafter, ids: torch.Tensor, n_tokens: int = 16) -> Costs: 
             extra = (passes - 1) * (method.topk if isinstance(method, TreeBudget) else 1) if passes else 0
             kept = its[i - 1][0].n_accepted + 1.0 if i else 1.0  # rows the first draft pass feeds
             extra_rows = max((kept if passes else 0) + extra - passes, 0.0)
+            draft = passes * c_pass + (cold_extra(c_first, c_pass) if passes else 0.0) + c_row * extra_rows
+            if passes and str(method) in c_chain:
+                draft = c_chain[str(method)] + c_row * (kept - 1)
             if i >= 2 and (s.tree is None or s.tree.size == rows_per_pass(method)):  # whole trees only
-                rest.append(dt / step - float(np.interp(r, ks, prices)) - passes * c_pass
-                            - (cold_extra(c_first, c_pass) if passes else 0.0) - c_row * extra_rows)
+                rest.append(dt / step - float(np.interp(r, ks, prices)) - draft)
     points = [(float(sampled), float(rows_per_pass(method)) if isinstance(method, TreeBudget) else 0.0,
                statistics.median(rest))  # the median of all rounds' iterations: robust to a burst of work
               for (method, sampled), rest in rests.items() if rest]
     h0, h_s, h_node, h_node_s = fit_loop_costs(points)
     other = load.other_cores() if ids.device.type == "cpu" else float("nan")
     return Costs(verify, c_pass, c_row, h0, h_s, statistics.median(steps), machine_key(target, drafter),
-                 torch.get_num_threads(), n_cores(), other, h_node, h_node_s, c_first)
+                 torch.get_num_threads(), n_cores(), other, h_node, h_node_s, c_first, c_chain)
 
 
 def monotone(values: list[float]) -> list[float]:
