@@ -15,16 +15,16 @@ cumulative sum; greedy, the first of the largest logits. The uniforms come in (o
 generator's draws stay the caller's, and the rows the tokens were drawn from come out over the whole
 vocabulary (one-hot rows when greedy), as `FeatureDrafter.propose` returns them. One package serves both
 (`greedy` is an input), every q up to `MAX_QUERY` and every buffer length. `build_chain` compiles it for
-one γ (two minutes on 2 cores), `python -m specdec_ref compile` for `CHAIN_GAMMAS`; `CompiledChains.draft`
+one γ (one to two minutes on 2 cores), `python -m specdec_ref compile` for `CHAIN_GAMMAS`; `CompiledChains.draft`
 runs it where the package exists (`FeatureDrafter.propose` asks a compiled head's `chains` first), and
 everything else (trees, top-k or top-p sampling, a confidence stop, a first feed longer than a pass) stays
 with the per-pass package. The default method's calibration then times these chains, and the choice weighs
 no other (`models.method.calibration_methods`, `choosable`).
 
-Measured on a 2-core AMD EPYC Zen 4 in bfloat16, chains of 2 on six held-out prompts, both ways alternating
-in one process: 0.46 ms less per iteration at T = 1 (3.6%), 0.24 ms greedy (1.9%); the loop's own work, with
-the draws now inside the package, fell from 0.18 to 0.09 t(1) at T = 1 and from 0.08 to 0.05 greedy
-(`scripts/loop_overhead.py`; the measurement log's nineteenth session).
+Measured on a 2-core AMD EPYC Zen 4 in bfloat16, chains of 2 on six held-out prompts, with and without it
+alternating in one process: 1.3-3.6% less time per iteration at T = 1, 1.7-1.9% greedy, the same acceptance;
+the loop's own work, the draws now inside the draft's package, went from 0.18 to 0.09-0.10 t(1) at T = 1 and
+from 0.08 to 0.05-0.06 greedy (`scripts/loop_overhead.py`; the measurement log's nineteenth session).
 """
 from __future__ import annotations
 
