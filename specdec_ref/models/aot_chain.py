@@ -16,10 +16,10 @@ generator's draws stay the caller's, and the rows the tokens were drawn from com
 vocabulary (one-hot rows when greedy), as `FeatureDrafter.propose` returns them. One package serves both
 (`greedy` is an input), every q up to `MAX_QUERY` and every buffer length. `build_chain` compiles it for
 one γ (one to two minutes on 2 cores), `python -m specdec_ref compile` for `CHAIN_GAMMAS`;
-`CompiledChains.draft` runs it where the package exists (`FeatureDrafter.propose` asks a compiled head's `chains` first), and
-everything else (trees, top-k or top-p sampling, a confidence stop, a first feed longer than a pass) stays
-with the per-pass package. The default method's calibration then times these chains, and the choice weighs
-no other (`models.method.calibration_methods`, `choosable`).
+`CompiledChains.draft` runs it where the package exists (`FeatureDrafter.propose` asks a compiled head's
+`chains` first), and everything else (trees, top-k or top-p sampling, a confidence stop, a first feed longer
+than a pass) stays with the per-pass package. The default method's calibration then times these chains, and
+the choice weighs no other (`models.method.calibration_methods`, `choosable`).
 
 Measured on a 2-core AMD EPYC Zen 4 in bfloat16, chains of 2 on six held-out prompts, with and without it
 alternating in one process: 1.3-3.6% less time per iteration at T = 1, 1.7-1.9% greedy, the same acceptance;
