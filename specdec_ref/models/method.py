@@ -59,6 +59,7 @@ CANDIDATES: tuple[Method, ...] = (1, 2, 3, 4, 5, 6, TreeBudget(1, 2, 2), TreeBud
 CALIBRATION = ((1, False), (3, False), (TreeBudget(2, 2, 4), False), (TreeBudget(4, 4, 12), False),
                (3, True), (TreeBudget(2, 2, 4), True), (TreeBudget(4, 4, 12), True))
 ROUNDS = 2  # the methods' iterations are timed in this many interleaved rounds
+VERIFY_KS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 13, 17)  # t(7) > t(8) with oneDNN in bfloat16 on a Zen 5
 
 
 def one_call_chains(drafter) -> list[int]:  # the γ whose chains a compiled head drafts in one call, if any
@@ -81,7 +82,6 @@ def choosable(taus: dict[str, float], drafter) -> dict[str, float]:
     built = one_call_chains(drafter)
     return {name: tau for name, tau in taus.items()
             if not built or not isinstance(parse_method(name), int) or parse_method(name) in built}
-VERIFY_KS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 13, 17)  # t(7) > t(8) with oneDNN in bfloat16 on a Zen 5
 
 
 def method_name(method: Method) -> str:
