@@ -32,7 +32,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..cache import cache_kwargs
@@ -77,16 +76,13 @@ class HeadChain(nn.Module):
 
     def forward(self, tokens, table, features, positions, write, mask, uniforms, scale, greedy, *kv):
         head, cache, gamma = self.step.head, self.step.cache, self.gamma
-        for i, layer in enumerate(cache.layers):  # each pass moves cumulative_length on by its rows
-            layer.keys, layer.values = kv[2 * i], kv[2 * i + 1]
-            layer.max_cache_len = kv[2 * i].shape[2]
-            layer.cumulative_length = write.clone()
+        self.step.bind(kv, write)
         keep = head.head.keep_ids  # [K] ascending vocabulary ids
         q, width = tokens.shape[1], mask.shape[3] - (gamma - 1)  # pass 0 sees write + q positions
         columns = torch.arange(keep.shape[0], device=keep.device)  # [K]
         x, f, rows, drafted, dists = tokens, features, slice(0, q), [], []
         for j in range(gamma):
-            h = head.fc(torch.cat([F.embedding(x, table), f], dim=-1))  # [1, n, 2d] -> [1, n, d]
+            h = self.step.embed(x, table, f)  # [1, n, 2d] -> [1, n, d]
             out = head.body(inputs_embeds=h, position_ids=positions[:, rows],
                             attention_mask=mask[:, :, rows, :width + j],
                             **cache_kwargs(head.body, cache), use_cache=True)
@@ -207,7 +203,9 @@ class CompiledChains:
         device, start, n = w.device, cache.length, q + gamma - 1
         cache.make_room(start + n)
         if sampling.greedy:
-            uniforms = self.zeros.setdefault(gamma, torch.zeros(gamma, dtype=torch.float64, device=device))
+            if gamma not in self.zeros:  # made once: unused when greedy, but the package takes them
+                self.zeros[gamma] = torch.zeros(gamma, dtype=torch.float64, device=device)
+            uniforms = self.zeros[gamma]
         else:
             uniforms = torch.rand(gamma, generator=generator, dtype=torch.float64, device=device)  # [γ]
         scale = 1.0 if sampling.greedy else sharpness / sampling.temperature

@@ -66,12 +66,20 @@ class HeadStep(nn.Module):
         _, heads, _, head_dim = kv_shape(head.body, BLOCK)
         self.cache.early_initialization(1, heads, head_dim, head.fc.weight.dtype, head.fc.weight.device)
 
-    def forward(self, tokens, table, features, positions, write, mask, *kv):
+    def bind(self, kv, write) -> None:
+        """The static cache's layers over the KV buffers given as inputs, writing from `write` on (each pass
+        moves it on by its rows)."""
         for i, layer in enumerate(self.cache.layers):
             layer.keys, layer.values = kv[2 * i], kv[2 * i + 1]
             layer.max_cache_len = kv[2 * i].shape[2]
             layer.cumulative_length = write.clone()
-        x = self.head.fc(torch.cat([F.embedding(tokens, table), features], dim=-1))  # [1, q, 2d] -> [1, q, d]
+
+    def embed(self, tokens, table, features):  # [1, q], [V, d], [1, q, d] -> fc's output [1, q, d]
+        return self.head.fc(torch.cat([F.embedding(tokens, table), features], dim=-1))
+
+    def forward(self, tokens, table, features, positions, write, mask, *kv):
+        self.bind(kv, write)
+        x = self.embed(tokens, table, features)  # [1, q, 2d] -> [1, q, d]
         out = self.head.body(inputs_embeds=x, position_ids=positions, attention_mask=mask,
                              **cache_kwargs(self.head.body, self.cache), use_cache=True)
         features = out.last_hidden_state[0]  # [q, d]
