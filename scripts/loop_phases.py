@@ -35,7 +35,7 @@ import specdec_ref.generate as gen  # noqa: E402
 import specdec_ref.tree as trees  # noqa: E402
 from specdec_ref.distill.prompts import HELD_OUT  # noqa: E402
 from specdec_ref.lab.timing import InsideClock  # noqa: E402
-from specdec_ref.models import aot, aot_chain, aot_head  # noqa: E402
+from specdec_ref.models import aot, aot_chain, aot_head, aot_tree  # noqa: E402
 from specdec_ref.models.method import parse_method  # noqa: E402
 
 target, draft, tok = sd.load_offline_pair(draft="feature")
@@ -58,9 +58,12 @@ compiled.runner = inside.wrap(compiled.runner)
 draft.head.__dict__["runner"] = inside.wrap(draft.head.runner)
 if getattr(draft.head, "chains", None) is not None:  # chains of γ in one call (models.aot_chain), where built
     draft.head.chains.wrap(inside.wrap)
+if getattr(draft.head, "trees", None) is not None:  # greedy trees in one call (models.aot_tree), where built
+    draft.head.trees.wrap(inside.wrap)
 F, H, C = type(draft), aot_head.CompiledHead, aot.CompiledCachedModel
 PHASES = ((F, "propose", "drafter.propose"), (F, "feed_context", "  feed_context"),
           (aot_chain.CompiledChains, "draft", "  the chain's call, outside its package"),
+          (aot_tree.CompiledTrees, "grow", "  the tree's call, outside its package"),
           (F, "sync", "draft sync"),
           (H, "forward", "  head pass, outside its package"), (H, "reduced_logits", "  head reduced_logits"),
           (H, "greedy_tokens", "  head greedy_tokens"), (drafters, "point_masses", "  one-hot draft rows"),

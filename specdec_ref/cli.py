@@ -190,14 +190,19 @@ def diagnose_main(args) -> None:
 def compile_main(args) -> None:
     """Build this machine's compiled passes for the offline target and the feature head (models.aot), then
     check the target's against eager."""
-    from .models import aot, aot_chain, aot_head, feature_draft
+    from .models import aot, aot_chain, aot_head, aot_tree, feature_draft
     from .models.loading import default_dtype, load_offline_target
     dtype = default_dtype(torch.device("cpu")) if args.dtype == "auto" else getattr(torch, args.dtype)
     model, _ = load_offline_target("cpu", dtype, prepack=False, compiled=False)  # no old package loaded
     path = aot.package_path(model)
     head = feature_draft.load(model) if feature_draft.available() else None
-    head_paths = [] if head is None else [aot_head.head_package_path(head)] + [
-        aot_chain.chain_package_path(head, g) for g in aot_chain.CHAIN_GAMMAS]
+    builds = [] if head is None else (  # the head's pass, its chains and its greedy trees in one call
+        [(aot_head.head_package_path(head), lambda p: aot_head.build_head(head, p))]
+        + [(aot_chain.chain_package_path(head, g), lambda p, g=g: aot_chain.build_chain(head, g, p))
+           for g in aot_chain.CHAIN_GAMMAS]
+        + [(aot_tree.tree_package_path(head, *s), lambda p, s=s: aot_tree.build_tree(head, *s, p))
+           for s in aot_tree.TREE_SHAPES])
+    head_paths = [p for p, _ in builds]
     if path.exists() and all(p.exists() for p in head_paths) and not args.force:
         print(f"this machine's compiled passes exist: {', '.join(map(str, [path] + head_paths))}"
               " (--force builds them again)")
@@ -208,16 +213,16 @@ def compile_main(args) -> None:
     if args.force or not path.exists():
         aot.build(model, path)
     worst = aot.check_against_eager(model, path)
-    if head is not None and (args.force or not head_paths[0].exists()):
-        aot_head.build_head(head, head_paths[0])
-    for g, chain_path in zip(aot_chain.CHAIN_GAMMAS, head_paths[1:]):
-        if args.force or not chain_path.exists():
-            aot_chain.build_chain(head, g, chain_path)
+    for head_path, build in builds:
+        if args.force or not head_path.exists():
+            build(head_path)
+    shapes = ", ".join(f"{d}/{w}" for d, w in aot_tree.TREE_SHAPES)
     print(f"compiled pass: {path}\n  its logits differ from the eager model's by at most {worst:.2g}; "
           "the loops run the offline target through it where it beats the eager model (timed once, on its "
           "first load)"
           + (f"\ncompiled feature head: {', '.join(map(str, head_paths))} (its pass; its chains of "
-             f"{', '.join(map(str, aot_chain.CHAIN_GAMMAS))} drafts in one call)" if head is not None else "")
+             f"{', '.join(map(str, aot_chain.CHAIN_GAMMAS))} drafts and its greedy trees {shapes} "
+             "(depth/width) in one call)" if head is not None else "")
           + "\n(SPECDEC_AOT=0 opts out)")
 
 

@@ -387,10 +387,14 @@ class FeatureDrafter:
 
     def propose_tree(self, context_ids, shape, sampling, generator=None,
                      max_depth=None):  # [T] -> (Tree, [n+1], q)
-        """A tree from the head, one head pass per depth, its own guessed features fed back
-        (`tree.draft_tree`)."""
+        """A tree from the head, a pass per depth, its guessed features fed back (`tree.draft_tree`)."""
         if self.features is None or tree_depth(shape, max_depth) == 0:  # no target features yet: the prefill
             return root_only(context_ids)
+        trees, q = getattr(self.head, "trees", None), context_ids.shape[0] - 1 - self.n_fed  # q: not fed yet
+        if trees and trees.serves(shape, tree_depth(shape, max_depth), sampling, q):  # in one call (aot_tree)
+            tree, tokens = trees.grow(*self.pending(context_ids), self.cache, int(context_ids[-1]), shape)
+            self.calls += shape.depth - 1
+            return tree, context_ids.new_tensor(tokens), None
         feature = {0: self.feed_context(context_ids)}  # node -> the head's output there ([d], a guess of h)
         fed, dtype = [], self.head.fc.weight.dtype
         # growth ranks children: the head's own K tokens will do, and greedy growth reads each node's best

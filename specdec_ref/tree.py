@@ -31,7 +31,6 @@ Two shapes, one per way of choosing the children, and one walk (`verify_tree`) f
 from __future__ import annotations
 
 import math
-
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
@@ -231,10 +230,8 @@ def tree_position_ids(tree: Tree, context_len: int, start: int, stop: int,
 def tree_rows_mask(g: GrowingTree, fed: list[int], new: list[int], n_prefix: int, dtype: torch.dtype,
                    device=None) -> torch.Tensor:  # -> [1, 1, len(new), n_prefix + len(fed) + len(new)]
     """Additive mask for a draft pass over `new` nodes whose cache already holds n_prefix context rows and
-    then the `fed` nodes: a node sees the context, and among the drafted nodes only itself and its ancestors.
-
-    The drafted part is a few rows and columns, decided in Python and sent to the device in one copy.
-    """
+    then the `fed` nodes: a node sees the context, and among the drafted nodes only itself and its ancestors
+    (a few rows and columns, decided in Python and sent to the device in one copy)."""
     cols, never = fed + new, torch.finfo(dtype).min
     seen = [set(g.ancestors(v)) for v in new]
     nodes = torch.tensor([[0.0 if c in s else never for c in cols] for s in seen], dtype=dtype)  # [k, cols]
@@ -395,12 +392,19 @@ def grow_tree(root_token: int, root_logits: DraftLogits, expand: Expand, budget:
         if not level or budget.stop > 0 and max(g.score[v] for v in level) < math.log(budget.stop):
             break  # by rank at T > 0 (`sibling_scores`): blind to the tokens drawn, as keeping is
         level = add_children(level, expand(g, level))
-    # ties: the shallower node, then the one made first (an earlier sibling): kept children are a prefix
-    best = sorted(range(1, len(g.parents)), key=lambda v: (-g.score[v], g.depth[v]))[:budget.n_nodes]
+    tree, keep = best_nodes(g, budget.n_nodes)
+    return tree, [g.tokens[v] for v in keep], (draft_rows(keep, rows, vocab_size) if sampled else None)
+
+
+def best_nodes(g: GrowingTree, n_nodes: int) -> tuple[Tree, list[int]]:
+    """The tree of the n_nodes best nodes by score, and their ids in g (0 first, then breadth first): how a
+    grown tree ends. Ties: the shallower node, then the one made first (kept children are a prefix); a node
+    scored -inf (a compiled tree's depth past its stop, `models.aot_tree`) was never grown: never kept."""
+    best = sorted((v for v in range(1, len(g.parents)) if g.score[v] > -math.inf),
+                  key=lambda v: (-g.score[v], g.depth[v]))[:n_nodes]
     keep = [0] + sorted(best, key=lambda v: (g.depth[v], v))  # breadth first, as Tree wants
     new_id = {v: i for i, v in enumerate(keep)}
-    tree = Tree(tuple(-1 if v == 0 else new_id[g.parents[v]] for v in keep))
-    return tree, [g.tokens[v] for v in keep], (draft_rows(keep, rows, vocab_size) if sampled else None)
+    return Tree(tuple(-1 if v == 0 else new_id[g.parents[v]] for v in keep)), keep
 
 
 def sibling_scores(q: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:  # [n, K], [n, w] -> [n, w]

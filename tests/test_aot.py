@@ -775,3 +775,112 @@ def test_greedy_chains_drafted_in_one_call_give_plain_decodings_tokens(built_cha
     assert torch.equal(out.tokens, plain.tokens)
     drafted = [d for d in out.stats.drafted if d]  # the last iterations may draft fewer: the tokens left
     assert len(calls) == drafted.count(2) > 10 and out.stats.draft_calls == sum(drafted)  # γ passes, one call
+
+
+@pytest.fixture(scope="module")
+def built_tree(built_head, tmp_path_factory):
+    """The tiny head's greedy trees 2 deep and 2 wide grown in one call (models.aot_tree), built at one
+    thread, on a compiled head of its own (the per-pass package for what the tree does not serve)."""
+    from specdec_ref.models import aot_tree
+    model, head, compiled = built_head
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        path = aot_tree.build_tree(head, 2, 2, tmp_path_factory.mktemp("tree") / "tree.pt2", options=FAST,
+                                   verbose=False)
+    finally:
+        torch.set_num_threads(before)
+    grown = aot_head.CompiledHead(head, compiled.runner, compiled.path)
+    trees = aot_tree.CompiledTrees(head)
+    trees.runners[2, 2] = aot.load_package(path)
+    grown.__dict__["trees"] = trees
+    return model, head, grown, compiled
+
+
+def _counted_trees(trees, calls: list) -> None:  # the tree package's calls, appended to calls
+    run = trees.runners[2, 2]
+    trees.runners[2, 2] = lambda *a: calls.append(1) or run(*a)
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("budget", [sd.TreeBudget(2, 2, 4), sd.TreeBudget(2, 2, 3), sd.TreeBudget(2, 2, 2),
+                                    sd.TreeBudget(2, 2, 4, stop=0.95)])
+def test_a_tree_grown_in_one_call_is_the_tree_grown_pass_by_pass(built_tree, budget):
+    """The same tree (parents) and tokens as the per-pass head's greedy growth (`tree.grow_tree`), proposal
+    after proposal, the caches carrying on across buffer growth; every budget of the package's depth and width
+    (its nodes, its stop) from the one package. With stop 0.95 some trees stop at depth 1 (power: the stop
+    rule is exercised, and the package keeps no node of a depth it did not grow)."""
+    model, head, grown, compiled = built_tree
+    ids = torch.randint(0, 40, (600,), generator=torch.Generator().manual_seed(7))
+    feats = model(input_ids=ids[None], output_hidden_states=True).hidden_states[-1][0]  # [600, d]
+    ours, theirs, calls, sizes = sd.FeatureDrafter(grown), sd.FeatureDrafter(compiled), [], []
+    _counted_trees(grown.trees, calls)
+    greedy = sd.SamplingConfig(0.0)
+    for drafter in (ours, theirs):
+        drafter.sync(1, feats[:1])
+    for n in (40, 41, 44, 45, 100, 150, 200, 260, 320, 380, 440, 500, 520, 523):
+        got = []
+        for drafter in (ours, theirs):
+            drafter.sync(n, feats[:n])
+            tree, tokens, q = drafter.propose_tree(ids[:n], budget, greedy)
+            got.append((tree.parents, tokens.tolist(), q, drafter.n_cached))
+        assert got[0] == got[1], n
+        sizes.append(len(got[0][0]) - 1)
+    assert len(calls) == 14  # every proposal in one call (the first feeds 39 pairs, a package takes 64)
+    if budget.stop:
+        assert min(sizes) == 2 < max(sizes)  # some trees stopped at the root's two children, some did not
+    else:
+        assert set(sizes) == {budget.n_nodes}
+
+
+@torch.inference_mode()
+def test_what_a_tree_in_one_call_does_not_serve_grows_pass_by_pass(built_tree):
+    """Sampled growth, a static tree, a budget of another depth or width, a tree cut shorter near the end of a
+    generation (max_depth), more pairs than a pass takes: the tree's package is never called, and the drafter
+    grows the tree pass by pass as before (power: a greedy 2/2/3 calls it). Bad shapes are refused."""
+    from specdec_ref.models import aot_tree
+    model, head, grown, _ = built_tree
+    ids = torch.randint(0, 40, (300,), generator=torch.Generator().manual_seed(8))
+    feats = model(input_ids=ids[None], output_hidden_states=True).hidden_states[-1][0]
+    calls, greedy = [], sd.SamplingConfig(0.0)
+    _counted_trees(grown.trees, calls)
+    cases = [(sd.TreeBudget(2, 2, 4), sd.SamplingConfig(1.0), None, 150),
+             (sd.Tree.from_branching((2, 2)), greedy, None, 150),
+             (sd.TreeBudget(3, 2, 4), greedy, None, 150), (sd.TreeBudget(2, 3, 4), greedy, None, 150),
+             (sd.TreeBudget(2, 2, 4), greedy, 1, 150),
+             (sd.TreeBudget(2, 2, 4), greedy, None, 100 + aot.MAX_QUERY + 1)]
+    for shape, sampling, max_depth, n in cases:
+        drafter = sd.FeatureDrafter(grown)
+        drafter.sync(100, feats[:100])
+        drafter.propose(ids[:100], 1, greedy)  # the first feed
+        drafter.sync(n, feats[:n])
+        tree, tokens, _ = drafter.propose_tree(ids[:n], shape, sampling, torch.Generator().manual_seed(0),
+                                               max_depth)
+        assert tree.size >= 1 and tokens.shape == (tree.size + 1,) and drafter.n_cached == n - 1
+    assert calls == []
+    drafter = sd.FeatureDrafter(grown)  # power
+    drafter.sync(100, feats[:100])
+    drafter.propose(ids[:100], 1, greedy)
+    drafter.sync(101, feats[:101])
+    assert drafter.propose_tree(ids[:101], sd.TreeBudget(2, 2, 3), greedy)[0].size == 3 and calls == [1]
+    assert grown.trees.built() == [(2, 2)]
+    fresh = aot_tree.CompiledTrees(head)  # this machine's cache has no tree package for the head
+    assert fresh.built() == [] and fresh.runner(2, 2) is None
+    assert not fresh.serves(sd.TreeBudget(2, 2, 4), 2, greedy, 1)
+    for depth, width in ((1, 2), (2, 0), (2, aot_head.RANKED + 1)):
+        with pytest.raises(ValueError, match="depth >= 2"):
+            aot_tree.HeadTree(head, depth, width)
+
+
+@torch.inference_mode()
+def test_greedy_trees_grown_in_one_call_give_plain_decodings_tokens(built_tree):
+    model, _, grown, _ = built_tree
+    ids = torch.randint(0, 40, (1, 30), generator=torch.Generator().manual_seed(9))
+    plain = sd.autoregressive_generate(model, ids, 40, sampling=sd.SamplingConfig(0.0), cache="dynamic")
+    calls = []
+    _counted_trees(grown.trees, calls)
+    drafter = sd.FeatureDrafter(grown)
+    out = sd.speculative_generate(model, drafter, ids, 40, tree=sd.TreeBudget(2, 2, 3),
+                                  sampling=sd.SamplingConfig(0.0), cache="dynamic")
+    assert torch.equal(out.tokens, plain.tokens)
+    assert len(calls) > 5 and drafter.calls >= 2 * len(calls)  # two draft passes counted for each call

@@ -9,6 +9,7 @@ import torch
 
 import specdec_ref as sd
 from specdec_ref.models import choice as mc
+from specdec_ref.models import machine_load
 from specdec_ref.models import method as mm
 from specdec_ref.models.feature_draft import FeatureHead
 from specdec_ref.models.toy import tiny_pair
@@ -77,6 +78,25 @@ def test_a_chain_drafted_in_one_call_is_priced_at_its_own_measured_cost():
     assert mm.iteration_cost(2, 2.0, base) == pytest.approx(expect - 0.07 + 2 * 0.03 + (0.08 - 0.03))
     for method in (3, sd.TreeBudget(3, 2, 5)):
         assert mm.iteration_cost(method, 2.0, one_call) == mm.iteration_cost(method, 2.0, base)
+
+
+def test_a_greedy_tree_grown_in_one_call_is_priced_at_its_own_measured_cost():
+    """c_tree["depth/width"] replaces a greedy tree's passes of that depth and width, whatever its nodes; its
+    fed rows still cost c_row each; sampled, or of another shape, a tree is priced as before (power: without
+    c_tree the same tree costs the sum of its passes)."""
+    base = replace(costs(0.1), c_first=0.08)
+    grown = replace(base, c_tree={"3/3": 0.09})
+    for n in (6, 8):
+        tree = sd.TreeBudget(3, 3, n)
+        expect = base.verify_cost(n + 1) + 0.09 + 0.002 * (2.0 - 1) + base.h0 + base.h_node * n
+        assert mm.iteration_cost(tree, 2.0, grown) == pytest.approx(expect)
+        assert mm.iteration_cost(tree, 2.0, base) == pytest.approx(
+            expect - 0.09 + 3 * 0.03 + 2 * 2 * 0.002 + (0.08 - 0.03))
+        assert mm.iteration_cost(tree, 2.0, grown, sampled=True) == mm.iteration_cost(tree, 2.0, base, True)
+    for method in (3, sd.TreeBudget(2, 2, 4), sd.TreeBudget(3, 2, 5)):
+        assert mm.iteration_cost(method, 2.0, grown) == mm.iteration_cost(method, 2.0, base)
+    assert mm.one_call_price(sd.TreeBudget(3, 3, 8, stop=0.2), False, {}, {"3/3": 0.09}) == 0.09
+    assert mm.one_call_price(2, True, {"2": 0.07}, {}) == 0.07  # a chain's package samples too
 
 
 def test_the_calibration_prices_the_chains_drafted_in_one_call(pair, monkeypatch):
@@ -192,7 +212,7 @@ def steady_machine(monkeypatch, factor: float = 1.0, other_load: float = 0.0) ->
     monkeypatch.setattr(mm, "current_shape", lambda target, ids: steady_machine.shape)
     monkeypatch.setattr(mm.LoadMeter, "other_cores", lambda self: other_load)
     # a tiny model's passes take microseconds, so a busy test machine can make any t(k)/t(1) look impossible
-    monkeypatch.setattr(mm, "impossible_verification", lambda costs: None)
+    monkeypatch.setattr(machine_load, "impossible_verification", lambda costs: None)
     real = mm.calibrate
 
     def calibrate(*args, **kwargs):
@@ -275,6 +295,51 @@ def test_chains_drafted_in_one_call_are_the_chains_calibrated_and_chosen():
     assert mm.choosable(taus, plain) == taus
     assert mm.choosable(taus, chained) == {"chain γ=2": 1.8, "tree 2/2/4": 2.2}
     assert mm.one_call_chains(chained) == [2] and mm.one_call_chains(plain) == []
+
+
+class _WithTrees:  # a drafter whose compiled head drafts these chains and grows these greedy trees at once
+    def __init__(self, chains, trees):
+        self.head = type("Head", (), {"chains": _Chains(chains), "trees": _Chains(trees)})()
+
+
+def test_greedy_trees_grown_in_one_call_are_the_greedy_trees_calibrated_and_chosen():
+    """Where the head grows greedy trees of some shapes in one call, the calibration times the widest
+    candidate of each in place of its own greedy trees, and the greedy choice weighs no other tree; sampled
+    trees stay (they grow pass by pass). Without such packages, nothing changes (power)."""
+    grown = _WithTrees([2], [(2, 2), (3, 3)])
+    methods = mm.calibration_methods(grown)
+    assert [m for m, s in methods if isinstance(m, sd.TreeBudget) and not s] == [
+        sd.TreeBudget(2, 2, 4), sd.TreeBudget(3, 3, 8)]
+    assert [m for m, s in methods if isinstance(m, sd.TreeBudget) and s] == [
+        m for m, s in mm.CALIBRATION if isinstance(m, sd.TreeBudget) and s]
+    assert [m for m in methods if isinstance(m[0], int)] == [(2, False), (2, True)]
+    assert mm.calibration_methods(_WithTrees([], [])) == mm.CALIBRATION
+    taus = {"chain γ=2": 1.8, "chain γ=3": 2.0, "tree 2/2/4": 2.2, "tree 3/3/6": 2.3, "tree 3/3/8": 2.4,
+            "tree 4/3/6 stop 0.25": 2.3, "tree 4/4/12": 2.5}
+    assert mm.choosable(taus, grown) == {"chain γ=2": 1.8, "tree 2/2/4": 2.2, "tree 3/3/6": 2.3,
+                                         "tree 3/3/8": 2.4}
+    assert mm.choosable(taus, grown, sampled=True) == {k: v for k, v in taus.items() if k != "chain γ=3"}
+    assert mm.choosable(taus, _WithTrees([], [])) == taus
+    assert mm.widest((3, 3)) == sd.TreeBudget(3, 3, 8) and mm.widest((6, 2)) == sd.TreeBudget(6, 2, 12)
+
+
+def test_the_calibration_prices_the_greedy_trees_grown_in_one_call(pair, monkeypatch):
+    target, drafter = pair
+    monkeypatch.setattr(mm, "one_call_trees", lambda drafter: [(2, 2)])
+    timed, real = [], mm.timed_steps
+
+    def timed_steps(target, drafter, ids, n, how, sampling, *args, **kwargs):
+        if not isinstance(drafter, mm.NoDraft):
+            timed.append((how, sampling.greedy))
+        return real(target, drafter, ids, n, how, sampling, *args, **kwargs)
+    monkeypatch.setattr(mm, "timed_steps", timed_steps)
+    c = mm.calibrate(target, drafter, torch.tensor([[1, 2, 3, 4, 5]]))
+    assert list(c.c_tree) == ["2/2"] and c.c_tree["2/2"] > 0
+    assert (dict(tree=sd.TreeBudget(2, 2, 4)), True) in timed  # greedy: only the tree grown in one call
+    assert (dict(tree=sd.TreeBudget(4, 4, 12)), True) not in timed
+    assert (dict(tree=sd.TreeBudget(4, 4, 12)), False) in timed  # sampled trees as before
+    monkeypatch.setattr(mm, "one_call_trees", lambda drafter: [])  # power: no such trees, none priced
+    assert mm.calibrate(target, drafter, torch.tensor([[1, 2, 3, 4, 5]])).c_tree == {}
 
 
 def test_a_machine_key_changes_with_the_chains_drafted_in_one_call(pair):

@@ -271,7 +271,7 @@ def diagnose(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, 
     costs = calibrate(target, drafter, encoded[0])
     # the loader's choice, on measured τ
     predicted = choose(taus, costs, not sampling.greedy, passes, nodes)[1]  # every method's prediction
-    usable = choosable(predicted, drafter)  # the methods the choice weighs (`models.method.choosable`)
+    usable = choosable(predicted, drafter, not sampling.greedy)  # what the choice weighs (`method.choosable`)
     best_method = parse_method(max(usable, key=usable.get))
     best = method_name(best_method)
     coverage = None

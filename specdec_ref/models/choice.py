@@ -44,8 +44,11 @@ class Choice:
 
 
 def one_call(costs: Costs) -> str:
-    """", a chain of 2 drafted in one call 0.081" for each chain drafted in one call (`Costs.c_chain`)."""
-    return "".join(f", a chain of {g} drafted in one call {c:.3f}" for g, c in costs.c_chain.items())
+    """", a chain of 2 drafted in one call 0.081" for each chain drafted in one call (`Costs.c_chain`), and
+    ", a greedy tree 3 deep and 3 wide grown in one call 0.160" for each such tree (`Costs.c_tree`)."""
+    return "".join([f", a chain of {g} drafted in one call {c:.3f}" for g, c in costs.c_chain.items()]
+                   + [f", a greedy tree {s.split('/')[0]} deep and {s.split('/')[1]} wide grown in one call "
+                      f"{c:.3f}" for s, c in costs.c_tree.items()])
 
 
 def plain_is_faster(greedy: float, sampled: float) -> str | None:
@@ -63,7 +66,7 @@ def choose_defaults(target, drafter, quality: dict, ids: torch.Tensor) -> Choice
     costs = calibrated_costs(target, drafter, ids)
     # per iteration, by method (older quality files lack them)
     passes, nodes = quality.get("draft_passes", {}), quality.get("draft_nodes", {})
-    taus = {key: choosable(quality["tau"][key], drafter) for key in ("greedy", "T=1")}
+    taus = {key: choosable(quality["tau"][key], drafter, key == "T=1") for key in ("greedy", "T=1")}
     greedy, pg = choose(taus["greedy"], costs, False, passes.get("greedy"), nodes.get("greedy"))
     sampled, ps = choose(taus["T=1"], costs, True, passes.get("T=1"), nodes.get("T=1"))
     return Choice(greedy, sampled, {"greedy": pg, "T=1": ps}, costs)

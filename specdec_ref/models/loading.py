@@ -174,9 +174,10 @@ def load_offline_pair(device: torch.device | str | None = None, dtype: torch.dty
         from ..drafters import FeatureDrafter
         head = prepack_for_cpu(feature_draft.load(target), prepack)
         if device.type == "cpu":  # the head's compiled pass, where `python -m specdec_ref compile` built one
-            from . import aot_chain, aot_head
+            from . import aot_chain, aot_head, aot_tree
             head = aot_head.attach_head(head)
             aot_chain.attach_chains(head)  # and its chains of γ drafts in one call, where built
+            aot_tree.attach_trees(head)  # and its greedy trees grown in one call, where built
         drafter = FeatureDrafter(head, default_gamma=2, sharpness=feature_draft.recorded_sharpness())
         if choose_method:
             from .choice import default_methods

@@ -1,7 +1,7 @@
 """How much of the machine a measurement had: the cores this process may use, and the other processes' load.
 
 A calibration (`models.method`) that shared its cores with another job prices everything wrong, so it
-measures the load while it runs and says so instead of caching what it found.
+measures the load while it runs and says so instead of caching what it found (`contention`).
 """
 from __future__ import annotations
 
@@ -38,3 +38,36 @@ class LoadMeter:
             return float("nan")
         others = (busy - self.busy) - (time.process_time() - self.own)
         return max(others, 0.0) / max(time.perf_counter() - self.wall, 1e-9)
+
+
+SHARED = 0.25  # cores' worth of other processes' work beyond the free cores that marks a shared machine
+
+
+def contention(costs) -> str | None:  # costs: a models.method.Costs
+    """Why these costs cannot stand for the quiet machine, in words; None when nothing says so.
+
+    Two signs of a calibration that shared its cores with another job: this process's threads and the other
+    processes' load (`LoadMeter`) add up to more than the cores (oversubscribed, as when a 2-thread run
+    starts beside a 1-thread job on 2 cores: threads wait for each other at every operation), and a
+    verification that costs more than k separate one-row passes, which no kernel does (a k-row pass reads
+    the weights once).
+    """
+    return oversubscribed(costs) or impossible_verification(costs)
+
+
+def oversubscribed(costs) -> str | None:
+    """This process's threads and the other processes' load added up to more than the cores."""
+    if costs.threads and costs.other_load == costs.other_load \
+            and costs.threads + costs.other_load > costs.cores + SHARED:
+        return (f"other processes used {costs.other_load:.1f} of the {costs.cores} cores while its "
+                f"{costs.threads} threads ran: they shared cores")
+    return None
+
+
+def impossible_verification(costs) -> str | None:
+    """A k-row target pass priced above k one-row passes: timing noise."""
+    worst = max(costs.verify, key=lambda k: costs.verify[k] / k)
+    if costs.verify[worst] > 1.1 * worst:
+        return (f"it priced a {worst}-row target pass at {costs.verify[worst]:.2f} one-row passes, more than "
+                f"{worst} separate passes cost: timing noise")
+    return None

@@ -21,8 +21,8 @@ draft's weights out of the caches), c_row each further row, h₀ the loop's own 
 tree's per node (growing it, its masks and positions, keeping its path; |𝒯| = 0 for a chain); δ and
 δ_node the same when sampling (probabilities over the vocabulary: a sampled tree builds a row and residuals
 per node). One h₀ fitted on chains and trees together would price a chain at a tree's bookkeeping. A chain
-that a compiled head drafts in one call (`models.aot_chain`) has its Σ and c₁' measured as one price, c_γ
-(`Costs.c_chain`). The predicted speedup is τ / cost.
+or greedy tree that a compiled head drafts in one call (`models.aot_chain`, `aot_tree`) has its Σ and c₁'
+measured as one price (`Costs.c_chain`, `c_tree`). The predicted speedup is τ / cost.
 `lab.diagnose` predicts with the same `predicted_speedup`, from the τ it measures on the spot.
 """
 from __future__ import annotations
@@ -44,7 +44,7 @@ from ..generate import Step, autoregressive_generate, rows_per_pass, speculative
 from ..sampling import SamplingConfig
 from ..tree import TreeBudget
 from .kernels import kernel_path
-from .machine_load import LoadMeter, n_cores  # noqa: F401  (n_cores: read as method.n_cores too)
+from .machine_load import LoadMeter, contention, n_cores  # noqa: F401  (n_cores: read as method.n_cores too)
 
 Method = int | TreeBudget  # a chain of γ draft tokens, or an EAGLE-2 dynamic tree
 # the small trees first: where t(k) is flat only up to 3-4 rows (a 2-core CPU), 2-3 nodes is all a tree can
@@ -67,21 +67,44 @@ def one_call_chains(drafter) -> list[int]:  # the γ whose chains a compiled hea
     return chains.built() if chains is not None else []
 
 
+def one_call_trees(drafter) -> list[tuple[int, int]]:  # (depth, width) of the greedy trees grown in one call
+    trees = getattr(getattr(drafter, "head", None), "trees", None)
+    return trees.built() if trees is not None else []
+
+
+def widest(shape: tuple[int, int]) -> TreeBudget:
+    """The candidate tree of this depth and width with the most nodes and no stop: the one calibrated."""
+    fits = [m for m in CANDIDATES if isinstance(m, TreeBudget) and (m.depth, m.topk) == shape and not m.stop]
+    return max(fits, key=lambda m: m.n_nodes, default=TreeBudget(*shape, shape[0] * shape[1]))
+
+
 def calibration_methods(drafter) -> tuple[tuple[Method, bool], ...]:
-    """CALIBRATION, its chains replaced by those a compiled head drafts in one call, where it has any: the
-    only chains the choice then weighs (`choosable`)."""
-    built = one_call_chains(drafter)
-    if not built:
-        return CALIBRATION
-    trees = [(m, s) for m, s in CALIBRATION if isinstance(m, TreeBudget)]
-    return tuple([(g, False) for g in built] + trees[:2] + [(built[-1], True)] + trees[2:])
+    """CALIBRATION, its chains replaced by those a compiled head drafts in one call and its greedy trees by
+    those it grows in one call, where it has any: the only ones the choice then weighs (`choosable`)."""
+    chains, trees = one_call_chains(drafter), one_call_trees(drafter)
+    kept = [(m, s) for m, s in CALIBRATION
+            if not (chains and isinstance(m, int)) and not (trees and isinstance(m, TreeBudget) and not s)]
+    return tuple([(g, False) for g in chains] + [(widest(t), False) for t in trees]
+                 + [(g, True) for g in chains[-1:]] + kept)
 
 
-def choosable(taus: dict[str, float], drafter) -> dict[str, float]:
-    """The recorded methods the choice weighs: all, less chains not drafted in one call where some are."""
-    built = one_call_chains(drafter)
-    return {name: tau for name, tau in taus.items()
-            if not built or not isinstance(parse_method(name), int) or parse_method(name) in built}
+def choosable(taus: dict[str, float], drafter, sampled: bool = False) -> dict[str, float]:
+    """The recorded methods the choice weighs: all, less chains not drafted in one call where some are, and
+    (greedy) less trees not grown in one call where some are."""
+    chains, trees = one_call_chains(drafter), one_call_trees(drafter)
+
+    def weighed(m: Method) -> bool:
+        if isinstance(m, int):
+            return not chains or m in chains
+        return sampled or not trees or (m.depth, m.topk) in trees
+    return {name: tau for name, tau in taus.items() if weighed(parse_method(name))}
+
+
+def one_call_price(method: Method, sampled: bool, c_chain: dict, c_tree: dict) -> float | None:
+    """The measured price of a proposal made in one call (`Costs.c_chain`, `Costs.c_tree`), if it is one."""
+    if isinstance(method, TreeBudget):
+        return None if sampled else c_tree.get(f"{method.depth}/{method.topk}")
+    return c_chain.get(str(method))
 
 
 def method_name(method: Method) -> str:
@@ -143,6 +166,7 @@ class Costs:
     h_node_sampled: float = 0.0  # and per node when sampling
     c_first: float = 0.0  # the first draft pass of an iteration, after the target's (0: priced as c_pass)
     c_chain: dict[str, float] = field(default_factory=dict)  # "γ": a chain drafted in one call, priced whole
+    c_tree: dict[str, float] = field(default_factory=dict)  # "depth/width": a greedy tree grown in one call
 
     def verify_cost(self, k: float) -> float:  # t(k)/t(1), linear between measured k
         ks = sorted(self.verify)
@@ -163,8 +187,9 @@ def iteration_cost(method: Method, tau: float, costs: Costs, sampled: bool = Fal
     later = (len(rows) if passes is None else passes) - 1  # the passes after the first, all of one width
     draft = costs.c_pass + costs.c_row * (rows[0] - 1) + later * (costs.c_pass + costs.c_row * (rows[-1] - 1))
     draft += cold_extra(costs.c_first, costs.c_pass)
-    if str(method) in costs.c_chain:  # a chain drafted in one call: its own measured price, and its rows fed
-        draft = costs.c_chain[str(method)] + costs.c_row * (rows[0] - 1)
+    whole = one_call_price(method, sampled, costs.c_chain, costs.c_tree)
+    if whole is not None:  # drafted in one call: its own measured price, and its rows fed
+        draft = whole + costs.c_row * (rows[0] - 1)
     rows = target_rows(method) if nodes is None else nodes + 1
     nodes = (rows - 1) * isinstance(method, TreeBudget)  # a tree's bookkeeping is per node
     return (costs.verify_cost(rows) + draft + costs.h0 + costs.h_node * nodes
@@ -192,7 +217,7 @@ def choose(taus: dict[str, float], costs: Costs, sampled: bool, passes: dict[str
 # ---------------------------------------------------------------------------------------------
 
 # the terms and how each is found: costs cached under another cost model are measured again
-COST_MODEL = (f"h0 + h_node (+ sampled), c_row, c_first and one-call chains measured, ordered t{VERIFY_KS}, "
+COST_MODEL = (f"h0 + h_node (+ sampled), c_row, c_first, one-call chains and trees measured, t{VERIFY_KS}, "
               f"medians of {ROUNDS} rounds of {[(method_name(m), s) for m, s in CALIBRATION]}")
 
 
@@ -203,12 +228,12 @@ def machine_key(target, drafter) -> str:
     device = next(target.parameters()).device
     head = getattr(drafter, "head", None)
     head_package = getattr(head, "path", None)  # a compiled head (models.aot_head.CompiledHead): its package
-    chains = getattr(head, "chains", None)  # and the chains it drafts in one call (models.aot_chain)
     parts = [COST_MODEL, chip_name(device), device.type, str(torch.get_num_threads()), str(target.dtype),
              torch.__version__, package_version(), type(target).__name__,
              str(target.config.num_hidden_layers), str(target.config.hidden_size), type(drafter).__name__,
              type(head).__name__, kernel_path(target), getattr(head_package, "name", ""),
-             str(getattr(target.config, "_attn_implementation", "")), str(chains.built() if chains else "")]
+             str(getattr(target.config, "_attn_implementation", "")), str(one_call_chains(drafter)),
+             str(one_call_trees(drafter))]  # and the chains and trees it drafts in one call
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
@@ -286,18 +311,23 @@ def primed_drafter(target, drafter, tokens: torch.Tensor, with_target: bool):  #
     return lm, hidden
 
 
-def timed_draft_pass(drafter, tokens: torch.Tensor, hidden, rows: int = 1, gamma: int = 1) -> float:
+def timed_draft_pass(drafter, tokens: torch.Tensor, hidden, rows: int = 1, gamma: int = 1,
+                     tree: TreeBudget | None = None) -> float:
     """Seconds of one draft pass over the prompt's last `rows` rows, fed again (`primed_drafter` first); with
-    gamma > 1, of a whole greedy proposal of gamma tokens."""
+    gamma > 1, of a whole greedy proposal of gamma tokens; with a tree, of its greedy growth."""
     drafter.sync(tokens.shape[0] - rows, hidden)  # forget the last rows: the pass feeds them again
     t0 = start_timer(tokens.device)
-    drafter.propose(tokens, gamma, SamplingConfig(0))
+    if tree is None:
+        drafter.propose(tokens, gamma, SamplingConfig(0))
+    else:
+        drafter.propose_tree(tokens, tree, SamplingConfig(0))
     return seconds_since(t0, tokens.device)
 
 
 @torch.inference_mode()
 def draft_pass_seconds(target, drafter, ids: torch.Tensor, repeats: int = 5, rows: int = 1,
-                       after_target: bool = False, gamma: int = 1) -> float:  # ids [1, T]
+                       after_target: bool = False, gamma: int = 1,
+                       tree: TreeBudget | None = None) -> float:  # ids [1, T]
     """Median seconds of one draft pass over the prompt's last `rows` rows, fed again, the draft's cache warm
     (`timed_draft_pass`). after_target: each follows a target pass, as an iteration's first draft pass does
     (the target's weights push the draft's out of the caches: 3 times the cost, offline head, Zen 5)."""
@@ -308,7 +338,7 @@ def draft_pass_seconds(target, drafter, ids: torch.Tensor, repeats: int = 5, row
         if after_target:  # the target's pass over the newest token, untimed
             lm.rollback(tokens.shape[0] - 1)
             lm.logits(tokens, keep=1)
-        dt = timed_draft_pass(drafter, tokens, hidden, rows, gamma)
+        dt = timed_draft_pass(drafter, tokens, hidden, rows, gamma, tree)
         if r >= 2:
             times.append(dt)
     drafter.sync(0)
@@ -336,6 +366,8 @@ def calibrate(target, drafter, ids: torch.Tensor, n_tokens: int = 16) -> Costs: 
     c_first = draft_pass_seconds(target, drafter, ids, after_target=True) / t1  # the iteration's first pass
     c_chain = {str(g): draft_pass_seconds(target, drafter, ids, after_target=True, gamma=g) / t1
                for g in one_call_chains(drafter)}  # chains drafted in one call, priced whole
+    c_tree = {f"{d}/{w}": draft_pass_seconds(target, drafter, ids, after_target=True, tree=widest((d, w)))
+              / t1 for d, w in one_call_trees(drafter)}  # and greedy trees grown in one call
     # c_row too: fitted, it is nearly collinear with h_node (a bigger tree has more nodes and more draft rows)
     wide = min(4, ids.shape[1] - 1)
     c_row = max(draft_pass_seconds(target, drafter, ids, rows=wide) - draft_s, 0.0) / max(wide - 1, 1) / t1
@@ -356,8 +388,9 @@ def calibrate(target, drafter, ids: torch.Tensor, n_tokens: int = 16) -> Costs: 
             kept = its[i - 1][0].n_accepted + 1.0 if i else 1.0  # rows the first draft pass feeds
             extra_rows = max((kept if passes else 0) + extra - passes, 0.0)
             draft = passes * c_pass + (cold_extra(c_first, c_pass) if passes else 0.0) + c_row * extra_rows
-            if passes and str(method) in c_chain:
-                draft = c_chain[str(method)] + c_row * (kept - 1)
+            whole = one_call_price(method, sampled, c_chain, c_tree)
+            if passes and whole is not None:
+                draft = whole + c_row * (kept - 1)
             if i >= 2 and (s.tree is None or s.tree.size == rows_per_pass(method)):  # whole trees only
                 rest.append(dt / step - float(np.interp(r, ks, prices)) - draft)
     points = [(float(sampled), float(rows_per_pass(method)) if isinstance(method, TreeBudget) else 0.0,
@@ -366,7 +399,7 @@ def calibrate(target, drafter, ids: torch.Tensor, n_tokens: int = 16) -> Costs: 
     h0, h_s, h_node, h_node_s = fit_loop_costs(points)
     other = load.other_cores() if ids.device.type == "cpu" else float("nan")
     return Costs(verify, c_pass, c_row, h0, h_s, statistics.median(steps), machine_key(target, drafter),
-                 torch.get_num_threads(), n_cores(), other, h_node, h_node_s, c_first, c_chain)
+                 torch.get_num_threads(), n_cores(), other, h_node, h_node_s, c_first, c_chain, c_tree)
 
 
 def monotone(values: list[float]) -> list[float]:
@@ -395,39 +428,6 @@ def fit_loop_costs(points: list[tuple[float, float, float]]) -> tuple[float, flo
     a = np.stack([np.ones_like(nodes), sampled, nodes, sampled * nodes], axis=1)
     h0, h_s, h_node, h_node_s = (float(x) for x in nnls(a, p[:, 2])[0])
     return h0, h_s, h_node, h_node_s
-
-
-SHARED = 0.25  # cores' worth of other processes' work beyond the free cores that marks a shared machine
-
-
-def contention(costs: Costs) -> str | None:
-    """Why these costs cannot stand for the quiet machine, in words; None when nothing says so.
-
-    Two signs of a calibration that shared its cores with another job: this process's threads and the other
-    processes' load (`LoadMeter`) add up to more than the cores (oversubscribed, as when a 2-thread run
-    starts beside a 1-thread job on 2 cores: threads wait for each other at every operation), and a
-    verification that costs more than k separate one-row passes, which no kernel does (a k-row pass reads
-    the weights once).
-    """
-    return oversubscribed(costs) or impossible_verification(costs)
-
-
-def oversubscribed(costs: Costs) -> str | None:
-    """This process's threads and the other processes' load added up to more than the cores."""
-    if costs.threads and costs.other_load == costs.other_load \
-            and costs.threads + costs.other_load > costs.cores + SHARED:
-        return (f"other processes used {costs.other_load:.1f} of the {costs.cores} cores while its "
-                f"{costs.threads} threads ran: they shared cores")
-    return None
-
-
-def impossible_verification(costs: Costs) -> str | None:
-    """A k-row target pass priced above k one-row passes: timing noise."""
-    worst = max(costs.verify, key=lambda k: costs.verify[k] / k)
-    if costs.verify[worst] > 1.1 * worst:
-        return (f"it priced a {worst}-row target pass at {costs.verify[worst]:.2f} one-row passes, more than "
-                f"{worst} separate passes cost: timing noise")
-    return None
 
 
 def cache_path(key: str) -> Path:
