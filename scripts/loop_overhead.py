@@ -84,6 +84,8 @@ if type(feature.head).__name__ == "CompiledHead":
     feature.head.__dict__["runner"] = inside.wrap(feature.head.runner)
     if feature.head.chains is not None:  # chains of γ in one call, draws inside (models.aot_chain)
         feature.head.chains.wrap(inside.wrap)
+    if feature.head.trees is not None:  # greedy trees in one call (models.aot_tree)
+        feature.head.trees.wrap(inside.wrap)
 sampling = sd.SamplingConfig(args.temperature)
 
 

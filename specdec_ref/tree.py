@@ -39,7 +39,6 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from .cache import additive_mask
 from .sampling import Ranked, SamplingConfig, logits_to_probs, ranked, sample
 from .verify import residual
 
@@ -99,18 +98,19 @@ class Tree:
             depth.append(depth[parent] + 1)
         return depth
 
-    def children(self, node: int) -> list[int]:
+    def children(self, node: int) -> list[int]:  # computed once per tree, as ancestry: the loop asks often
         return list(self._children[node])
 
     def ancestry(self, device=None) -> torch.Tensor:  # -> [n_nodes+1, n_nodes+1] bool
         """ancestry[i, j]: node j is node i or one of its ancestors (the root is everyone's ancestor)."""
         return self._ancestry.to(device)
 
-    # computed once per tree (the loop asks for them at every node and every forward pass)
     @cached_property
     def _children(self) -> tuple[tuple[int, ...], ...]:
-        return tuple(tuple(i for i, parent in enumerate(self.parents) if parent == node)
-                     for node in range(len(self.parents)))
+        children: list[list[int]] = [[] for _ in self.parents]
+        for i, parent in enumerate(self.parents[1:], start=1):
+            children[parent].append(i)
+        return tuple(map(tuple, children))
 
     @cached_property
     def _ancestry(self) -> torch.Tensor:  # -> [n_nodes+1, n_nodes+1] bool
@@ -209,14 +209,14 @@ def tree_attention_mask(tree: Tree, context_len: int, start: int, stop: int, dty
 @lru_cache(maxsize=64)
 def _tree_block(tree: Tree, n_ctx: int, dtype: torch.dtype,
                 device: torch.device) -> torch.Tensor:  # -> [n_ctx + n_nodes, n_ctx + n_nodes]
-    """The mask among the rows of a tree pass: n_ctx context rows (the root last) see each other causally;
-    the nodes see all of them and, among the nodes, themselves and their ancestors. Kept per tree, since the
-    loop needs it every pass (built afresh: a dozen small operations, a tenth of a millisecond on a CPU)."""
-    q = torch.arange(n_ctx + tree.size)
-    node = (q - n_ctx + 1).clamp(min=0)  # row -> node id; every context row maps to 0, the root
-    allowed = ((q[None] < n_ctx) & (q[None] <= q[:, None])) | (
-        (q[None] >= n_ctx) & tree.ancestry()[node[:, None], node[None]])
-    return additive_mask(allowed, dtype).to(device)
+    """The mask among a tree pass's rows: n_ctx context rows (the root last), causal; nodes see all of them,
+    and themselves and their ancestors. Kept per tree; decided in Python, sent in one copy."""
+    never, seen = torch.finfo(dtype).min, [{0}]  # seen[i]: node i and its ancestors
+    for i, parent in enumerate(tree.parents[1:], start=1):
+        seen.append(seen[parent] | {i})
+    rows = [[0.0] * (r + 1) + [never] * (n_ctx + tree.size - r - 1) for r in range(n_ctx)]  # causal
+    rows += [[0.0] * n_ctx + [0.0 if j in s else never for j in range(1, tree.size + 1)] for s in seen[1:]]
+    return torch.tensor(rows, dtype=dtype, device=device)
 
 
 def tree_position_ids(tree: Tree, context_len: int, start: int, stop: int,
