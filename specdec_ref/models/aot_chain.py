@@ -36,13 +36,13 @@ from torch import nn
 
 from ..cache import cache_kwargs
 from ..sampling import SamplingConfig
-from .aot import (BLOCK, COMPILED_ATTENTION, MAX_BLOCKS, MAX_QUERY, MIN_BLOCKS, _compile, _dims, causal_mask,
-                  load_package, package_path)
+from .aot import (BLOCK, COMPILED_ATTENTION, MAX_BLOCKS, MAX_QUERY, MIN_BLOCKS, _compile, _dims, load_package,
+                  package_path)
 from .aot_head import CompiledHead, HeadKV, HeadStep, head_supported
 from .kernels import attention_implementation
 from .kv import kv_buffers
 
-CHAIN_FORMAT = "chain-1"  # the chain packages' inputs and outputs; a change rebuilds
+CHAIN_FORMAT = "chain-2"  # the chain packages' inputs and outputs; a change rebuilds (2: mask made inside)
 CHAIN_GAMMAS = (2,)  # the chains `python -m specdec_ref compile` builds a package for (2: every calibration
 # so far chose a chain of 2 when sampling; any other γ is `build_chain(head, γ)` away)
 
@@ -56,16 +56,16 @@ class HeadChain(nn.Module):
     """A chain of γ drafts by a `FeatureHead`, for torch.export:
 
         (tokens [1, q], table [V, d], features [1, q, d], positions [1, q + γ - 1], write [] long,
-         mask [1, 1, q + γ - 1, write + q + γ - 1], uniforms [γ] float64, scale [] float32, greedy [] bool,
+         columns [write + q + γ - 1] (0, 1, ...), uniforms [γ] float64, scale [] float32, greedy [] bool,
          k_0, v_0, ...)
         -> (the drafted tokens [γ], vocabulary ids; the rows they were drawn from [γ, V] float32)
 
     Pass 0 feeds the q pairs (feature, token) not fed yet, at positions write..write+q-1, and drafts from its
     last row; pass j > 0 feeds the token drafted before it with that row's output features, at position
-    write + q + j - 1. positions and mask hold every pass's rows (a causal mask over write + q + γ - 1
-    positions): pass j reads its own rows, and the mask's columns up to its own position. Every pass writes
-    its keys and values into the buffers; the caller keeps the first write + q (`HeadKV.length`) and leaves
-    the guesses' positions to be overwritten.
+    write + q + j - 1. positions hold every pass's rows, and the causal mask over the columns is made
+    inside (`causal_inside`): pass j reads its own rows, and the mask's columns up to its own position. Every
+    pass writes its keys and values into the buffers; the caller keeps the first write + q (`HeadKV.length`)
+    and leaves the guesses' positions to be overwritten.
     """
 
     def __init__(self, head, gamma: int):
@@ -74,12 +74,13 @@ class HeadChain(nn.Module):
             raise ValueError(f"a chain drafts gamma >= 1 tokens, got {gamma!r}")
         self.step, self.gamma = HeadStep(head), gamma
 
-    def forward(self, tokens, table, features, positions, write, mask, uniforms, scale, greedy, *kv):
+    def forward(self, tokens, table, features, positions, write, columns, uniforms, scale, greedy, *kv):
         head, cache, gamma = self.step.head, self.step.cache, self.gamma
         self.step.bind(kv, write)
+        mask = causal_inside(columns, positions, table.dtype)  # [1, 1, q + γ - 1, write + q + γ - 1]
         keep = head.head.keep_ids  # [K] ascending vocabulary ids
         q, width = tokens.shape[1], mask.shape[3] - (gamma - 1)  # pass 0 sees write + q positions
-        columns = torch.arange(keep.shape[0], device=keep.device)  # [K]
+        ks = torch.arange(keep.shape[0], device=keep.device)  # [K] the columns of the reduced logits
         x, f, rows, drafted, dists = tokens, features, slice(0, q), [], []
         for j in range(gamma):
             h = self.step.embed(x, table, f)  # [1, n, 2d] -> [1, n, d]
@@ -93,13 +94,22 @@ class HeadChain(nn.Module):
             cdf = probs.double().cumsum(-1)  # [1, K], as `sampling.sample`
             k = torch.searchsorted(cdf, uniforms[j].view(1, 1) * cdf[:, -1:], right=True)  # [1, 1]
             # rounding can put u * total at the total itself: then the last token with any mass (`sample`)
-            k = torch.minimum(k, torch.where(probs > 0, columns, -1).amax(-1, keepdim=True))
+            k = torch.minimum(k, torch.where(probs > 0, ks, -1).amax(-1, keepdim=True))
             k = torch.where(greedy, logits.argmax(-1, keepdim=True), k)  # [1, 1] a column of the K
-            dists.append(torch.where(greedy, (columns == k).to(probs.dtype), probs))  # [1, K]
+            dists.append(torch.where(greedy, (ks == k).to(probs.dtype), probs))  # [1, K]
             drafted.append(keep[k[:, 0]])  # [1]
             x, rows = drafted[-1][None], slice(q + j, q + j + 1)
         spread = torch.zeros(gamma, head.vocab_size, dtype=probs.dtype, device=keep.device)  # [γ, V]
         return torch.cat(drafted), spread.index_copy_(1, keep, torch.cat(dists))
+
+
+def causal_inside(columns: torch.Tensor, positions: torch.Tensor,
+                  dtype: torch.dtype) -> torch.Tensor:  # [end], [1, n] -> [1, 1, n, end]
+    """The causal mask a package's passes read, made inside it: the row at buffer position p sees columns
+    0..p. Outside, `aot.causal_mask` cost 45-50 us a proposal right after a target pass (a new tensor); the
+    columns come in as a view (`kv.Counter.columns`), which also gives the package the mask's width."""
+    allowed = columns[None, :] <= positions[0][:, None]
+    return torch.where(allowed, 0.0, torch.finfo(dtype).min).to(dtype)[None, None]
 
 
 @contextmanager
@@ -138,7 +148,7 @@ def chain_example_inputs(head, gamma: int, q: int = 3, length: int = MIN_BLOCKS 
     return (torch.arange(q, device=device)[None], head.embed.weight,
             torch.randn(1, q, d, dtype=dtype, device=device),
             torch.arange(start, start + n, device=device)[None], torch.tensor(start, device=device),
-            causal_mask(start, n, dtype, device), torch.rand(gamma, dtype=torch.float64, device=device),
+            torch.arange(start + n, device=device), torch.rand(gamma, dtype=torch.float64, device=device),
             torch.tensor(1.0, device=device), torch.tensor(False, device=device), *kv)
 
 
@@ -153,7 +163,7 @@ def build_chain(head, gamma: int, path: Path | None = None, *, options: dict | N
     rows = q + (gamma - 1) if gamma > 1 else q
     # a chain sees at least one cached position, then one fed pair and γ - 1 guesses
     end = torch.export.Dim("end", min=gamma + 1, max=MAX_BLOCKS * BLOCK)
-    shapes = ({1: q}, None, {1: q}, {1: rows}, None, {2: rows, 3: end}, None, None, None,
+    shapes = ({1: q}, None, {1: q}, {1: rows}, None, {0: end}, None, None, None,
               tuple({2: length} for _ in range(len(inputs) - 9)))
     # while exported and compiled
     with attention_implementation(head, COMPILED_ATTENTION), shared_constants():
@@ -213,7 +223,7 @@ class CompiledChains:
             self.scales[scale] = torch.tensor(scale, dtype=torch.float32, device=device)
         out, rows = self.runner(gamma)(tokens[None], self.head.embed.weight, hidden[None].to(w.dtype),
                                        cache.counter.positions(start, n), cache.counter.scalar(start),
-                                       causal_mask(start, n, w.dtype, device), uniforms, self.scales[scale],
+                                       cache.counter.columns(start + n), uniforms, self.scales[scale],
                                        self.flags[sampling.greedy], *cache.kv)
         cache.length = start + q  # the pairs fed stay; the guesses' positions are left to be overwritten
         return out, rows

@@ -34,14 +34,14 @@ from torch import nn
 from ..cache import cache_kwargs
 from ..sampling import SamplingConfig, ranked
 from ..tree import GrowingTree, Tree, TreeBudget, best_nodes
-from .aot import (BLOCK, COMPILED_ATTENTION, MAX_BLOCKS, MAX_QUERY, MIN_BLOCKS, _compile, _dims, causal_mask,
-                  load_package, package_path)
-from .aot_chain import shared_constants
+from .aot import (BLOCK, COMPILED_ATTENTION, MAX_BLOCKS, MAX_QUERY, MIN_BLOCKS, _compile, _dims, load_package,
+                  package_path)
+from .aot_chain import causal_inside, shared_constants
 from .aot_head import RANKED, CompiledHead, HeadKV, HeadStep, head_supported
 from .kernels import attention_implementation
 from .kv import kv_buffers
 
-TREE_FORMAT = "tree-1"  # the tree packages' inputs and outputs; a change rebuilds
+TREE_FORMAT = "tree-2"  # the tree packages' inputs and outputs; a change rebuilds (2: mask made inside)
 # (depth, width) of the trees `python -m specdec_ref compile` builds a package for: trees 2/2/3-4 for machines
 # where t(k) is flat only to 4-5 rows, 3/3/6-8 for those where it is flat further (`models.method.CANDIDATES`)
 TREE_SHAPES = ((2, 2), (3, 3))
@@ -56,12 +56,12 @@ class HeadTree(nn.Module):
     """A greedy dynamic tree of depth D and width w grown by a `FeatureHead`, for torch.export:
 
         (tokens [1, q], table [V, d], features [1, q, d], positions [1, q], write [] long,
-         mask [1, 1, q, write + q + (D - 1)·w], log_stop [] float64, k_0, v_0, ...)
+         columns [write + q + (D - 1)·w] (0, 1, ...), log_stop [] float64, k_0, v_0, ...)
         -> (tokens and parents of the D·w drafted nodes [2, D·w] long, their path scores [D·w] float64)
 
     Node i (1-based, in the order made: depth 1's w nodes, then depth 2's, ...) has parent parents[i - 1]
-    (0: the root, the context's last token). Pass 0 feeds the q pairs not fed yet at `positions`, under the
-    causal mask (its first write + q columns; the mask reaches as far as the deepest pass); pass j > 0 feeds
+    (0: the root, the context's last token). Pass 0 feeds the q pairs not fed yet at `positions`, under a
+    causal mask over the first write + q columns, made inside (`aot_chain.causal_inside`); pass j > 0 feeds
     depth j's nodes, writing their keys and values after the context's (the caller keeps the first write + q
     positions, `HeadKV.length`).
     """
@@ -82,11 +82,12 @@ class HeadTree(nn.Module):
         best = ranked(head.head.reduced_logits(f), keep, min(RANKED, keep.shape[0]))  # as `HeadStep` ranks
         return f, best.logp[:, :self.width].double(), best.tokens[:, :self.width]
 
-    def forward(self, tokens, table, features, positions, write, mask, log_stop, *kv):
+    def forward(self, tokens, table, features, positions, write, columns, log_stop, *kv):
         D, w = self.depth, self.width
         self.step.bind(kv, write)
-        width = mask.shape[3] - (D - 1) * w  # pass 0 sees write + q positions
-        f, logp, tok = self._pass(tokens, table, features, positions, mask[..., :width])
+        width = columns.shape[0] - (D - 1) * w  # pass 0 sees write + q positions
+        mask = causal_inside(columns[:width], positions, table.dtype)  # [1, 1, q, write + q]
+        f, logp, tok = self._pass(tokens, table, features, positions, mask)
         f, score, level = f[-1:].expand(w, -1), logp[-1], tok[-1]  # depth 1: the last row's w best, by rank
         device = tokens.device
         slots = torch.arange(D * w, device=device)
@@ -121,9 +122,8 @@ def tree_example_inputs(head, depth: int, width: int, q: int = 3, length: int = 
     return (torch.arange(q, device=device)[None], head.embed.weight,
             torch.randn(1, q, head.fc.out_features, dtype=dtype, device=device),
             torch.arange(start, start + q, device=device)[None], torch.tensor(start, device=device),
-            causal_mask(start, q + (depth - 1) * width, dtype, device)[:, :, :q],
-            torch.tensor(-math.inf, dtype=torch.float64, device=device),
-            *kv)
+            torch.arange(start + q + (depth - 1) * width, device=device),
+            torch.tensor(-math.inf, dtype=torch.float64, device=device), *kv)
 
 
 def build_tree(head, depth: int, width: int, path: Path | None = None, *, options: dict | None = None,
@@ -136,7 +136,7 @@ def build_tree(head, depth: int, width: int, path: Path | None = None, *, option
     q, length, _ = _dims()
     # the mask reaches the deepest pass's last position: at least one cached, one fed, then the nodes
     end = torch.export.Dim("end", min=(depth - 1) * width + 2, max=MAX_BLOCKS * BLOCK)
-    shapes = ({1: q}, None, {1: q}, {1: q}, None, {2: q, 3: end}, None,
+    shapes = ({1: q}, None, {1: q}, {1: q}, None, {0: end}, None,
               tuple({2: length} for _ in range(len(inputs) - 7)))
     # while exported and compiled
     with attention_implementation(head, COMPILED_ATTENTION), shared_constants():
@@ -191,7 +191,7 @@ class CompiledTrees:
         nodes, scores = self.runner(D, w)(
             tokens[None], self.head.embed.weight, hidden[None].to(weight.dtype),
             cache.counter.positions(start, q), cache.counter.scalar(start),
-            causal_mask(start, n, weight.dtype, device)[:, :, :q], self.stops[budget.stop], *cache.kv)
+            cache.counter.columns(start + n), self.stops[budget.stop], *cache.kv)
         cache.length = start + q  # the pairs fed stay; the nodes' positions are left to be overwritten
         drafted, parents = nodes.tolist()
         g = GrowingTree([-1] + parents, [root] + drafted, [0] + [1 + i // w for i in range(D * w)],
