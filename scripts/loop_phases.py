@@ -64,7 +64,7 @@ F, H, C = type(draft), aot_head.CompiledHead, aot.CompiledCachedModel
 PHASES = ((F, "propose", "drafter.propose"), (F, "feed_context", "  feed_context"),
           (aot_chain.CompiledChains, "draft", "  the chain's call, outside its package"),
           (aot_tree.CompiledTrees, "grow", "  the tree's call, outside its package"),
-          (aot_tree, "causal_mask", "    its mask"), (aot_tree, "best_nodes", "    its best nodes"),
+          (aot_tree, "best_nodes", "    its best nodes"),
           (F, "pending", "  the pairs to feed"), (aot_head.HeadKV, "make_room", "  head make_room"),
           (F, "sync", "draft sync"),
           (H, "forward", "  head pass, outside its package"), (H, "reduced_logits", "  head reduced_logits"),
