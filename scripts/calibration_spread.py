@@ -45,8 +45,9 @@ for run in range(args.runs):
         t0 = time.perf_counter()
         c = mm.calibrate(target, draft, ids)
         seconds[name].append(time.perf_counter() - t0)
-        g, _ = mm.choose(tau["greedy"], c, sampled=False)
-        s, _ = mm.choose(tau["T=1"], c, sampled=True)
+        # among the methods the loader's choice weighs (`choosable`: the chains and trees drafted in one call)
+        g, _ = mm.choose(mm.choosable(tau["greedy"], draft), c, sampled=False)
+        s, _ = mm.choose(mm.choosable(tau["T=1"], draft, sampled=True), c, sampled=True)
         chosen[name][f"{mm.method_name(g)} / {mm.method_name(s)}"] += 1
         prices = " | ".join(f"{c.verify_cost(k):.3f}" for k in (2, 4, 5))
         print(f"| {run} | {name} | {seconds[name][-1]:.1f} | {prices} | {c.c_pass:.3f} | {c.h0:.3f} | "

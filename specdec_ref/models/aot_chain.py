@@ -38,9 +38,8 @@ from ..cache import cache_kwargs
 from ..sampling import SamplingConfig
 from .aot import (BLOCK, COMPILED_ATTENTION, MAX_BLOCKS, MAX_QUERY, MIN_BLOCKS, _compile, _dims, load_package,
                   package_path)
-from .aot_head import CompiledHead, HeadKV, HeadStep, head_supported
+from .aot_head import CompiledHead, HeadKV, HeadStep, head_example_inputs, head_supported
 from .kernels import attention_implementation
-from .kv import kv_buffers
 
 CHAIN_FORMAT = "chain-2"  # the chain packages' inputs and outputs; a change rebuilds (2: mask made inside)
 CHAIN_GAMMAS = (2,)  # the chains `python -m specdec_ref compile` builds a package for (2: every calibration
@@ -142,14 +141,10 @@ def shared_constants():
 
 def chain_example_inputs(head, gamma: int, q: int = 3, length: int = MIN_BLOCKS * BLOCK,
                          start: int = 5) -> tuple:
-    dtype, device = head.fc.weight.dtype, head.fc.weight.device
-    d, n = head.fc.out_features, q + gamma - 1
-    kv = kv_buffers(head.body, length, dtype, device, separate=True)
-    return (torch.arange(q, device=device)[None], head.embed.weight,
-            torch.randn(1, q, d, dtype=dtype, device=device),
-            torch.arange(start, start + n, device=device)[None], torch.tensor(start, device=device),
-            torch.arange(start + n, device=device), torch.rand(gamma, dtype=torch.float64, device=device),
-            torch.tensor(1.0, device=device), torch.tensor(False, device=device), *kv)
+    device, n = head.fc.weight.device, q + gamma - 1
+    return head_example_inputs(head, q, length, start, rows=n, extra=(
+        torch.arange(start + n, device=device), torch.rand(gamma, dtype=torch.float64, device=device),
+        torch.tensor(1.0, device=device), torch.tensor(False, device=device)))
 
 
 def build_chain(head, gamma: int, path: Path | None = None, *, options: dict | None = None,

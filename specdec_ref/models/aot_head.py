@@ -104,15 +104,19 @@ def head_supported(head, *, for_build: bool = True) -> str | None:
     return None
 
 
-def head_example_inputs(head, q: int = 3, length: int = MIN_BLOCKS * BLOCK, start: int = 5) -> tuple:
+def head_example_inputs(head, q: int = 3, length: int = MIN_BLOCKS * BLOCK, start: int = 5,
+                        rows: int | None = None, extra: tuple | None = None) -> tuple:
+    """A head program's example inputs for export: tokens [1, q], table, features [1, q, d], positions
+    [1, rows] (rows: q), write, then `extra` (a pass's causal mask unless given: a chain's or a tree's own
+    inputs, `aot_chain`, `aot_tree`), then the KV buffers."""
     dtype, device = head.fc.weight.dtype, head.fc.weight.device
-    d = head.fc.out_features
+    rows = q if rows is None else rows
+    extra = (causal_mask(start, q, dtype, device),) if extra is None else extra
     kv = kv_buffers(head.body, length, dtype, device, separate=True)
-    tokens = torch.arange(q, device=device)[None]
-    return (tokens, head.embed.weight, torch.randn(1, q, d, dtype=dtype, device=device),
-            torch.arange(start, start + q, device=device)[None],
-            torch.tensor(start, device=device),
-            causal_mask(start, q, dtype, device), *kv)
+    return (torch.arange(q, device=device)[None], head.embed.weight,
+            torch.randn(1, q, head.fc.out_features, dtype=dtype, device=device),
+            torch.arange(start, start + rows, device=device)[None], torch.tensor(start, device=device),
+            *extra, *kv)
 
 
 def build_head(head, path: Path | None = None, *, options: dict | None = None, verbose: bool = True) -> Path:

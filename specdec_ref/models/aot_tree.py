@@ -37,9 +37,8 @@ from ..tree import GrowingTree, Tree, TreeBudget, best_nodes
 from .aot import (BLOCK, COMPILED_ATTENTION, MAX_BLOCKS, MAX_QUERY, MIN_BLOCKS, _compile, _dims, load_package,
                   package_path)
 from .aot_chain import causal_inside, shared_constants
-from .aot_head import RANKED, CompiledHead, HeadKV, HeadStep, head_supported
+from .aot_head import RANKED, CompiledHead, HeadKV, HeadStep, head_example_inputs, head_supported
 from .kernels import attention_implementation
-from .kv import kv_buffers
 
 TREE_FORMAT = "tree-2"  # the tree packages' inputs and outputs; a change rebuilds (2: mask made inside)
 # (depth, width) of the trees `python -m specdec_ref compile` builds a package for: trees 2/2/3-4 for machines
@@ -117,13 +116,10 @@ class HeadTree(nn.Module):
 
 def tree_example_inputs(head, depth: int, width: int, q: int = 3, length: int = MIN_BLOCKS * BLOCK,
                         start: int = 5) -> tuple:
-    dtype, device = head.fc.weight.dtype, head.fc.weight.device
-    kv = kv_buffers(head.body, length, dtype, device, separate=True)
-    return (torch.arange(q, device=device)[None], head.embed.weight,
-            torch.randn(1, q, head.fc.out_features, dtype=dtype, device=device),
-            torch.arange(start, start + q, device=device)[None], torch.tensor(start, device=device),
-            torch.arange(start + q + (depth - 1) * width, device=device),
-            torch.tensor(-math.inf, dtype=torch.float64, device=device), *kv)
+    device = head.fc.weight.device
+    return head_example_inputs(head, q, length, start, extra=(
+        torch.arange(start + q + (depth - 1) * width, device=device),
+        torch.tensor(-math.inf, dtype=torch.float64, device=device)))
 
 
 def build_tree(head, depth: int, width: int, path: Path | None = None, *, options: dict | None = None,
