@@ -1,5 +1,4 @@
-"""Trees of guesses: their shapes, their attention masks, how a draft fills them, and the one rule that
-verifies them.
+"""Trees of guesses: their shapes and attention masks, how a draft fills them, the rule that verifies them.
 
 A chain drafts one guess per position; when the first guess is wrong, everything after it is lost.
 A tree drafts several candidates per position (siblings), each with its own continuation, and the
@@ -113,11 +112,15 @@ class Tree:
         return tuple(map(tuple, children))
 
     @cached_property
-    def _ancestry(self) -> torch.Tensor:  # -> [n_nodes+1, n_nodes+1] bool
-        a = torch.eye(len(self.parents), dtype=torch.bool)
+    def _seen(self) -> tuple[frozenset[int], ...]:  # node i and its ancestors, the root among them
+        seen = [frozenset({0})]
         for i, parent in enumerate(self.parents[1:], start=1):
-            a[i] |= a[parent]  # parents come first, so their rows are already complete
-        return a
+            seen.append(seen[parent] | {i})  # parents come first, so their sets are already complete
+        return tuple(seen)
+
+    @cached_property
+    def _ancestry(self) -> torch.Tensor:  # -> [n_nodes+1, n_nodes+1] bool
+        return torch.tensor([[j in s for j in range(len(self.parents))] for s in self._seen])
 
     def pruned(self, max_depth: int) -> Tree:
         """The nodes at depth <= max_depth (a prefix, since nodes are breadth first)."""
@@ -164,8 +167,7 @@ class GrowingTree:
     depth: list[int]  # depth of every node
     score: list[float]  # cumulative draft log-probability of the path to every node (0 at the root)
 
-    def ancestors(self, node: int) -> list[int]:
-        """node and its ancestors, root excluded."""
+    def ancestors(self, node: int) -> list[int]:  # node and its ancestors, root excluded
         out = []
         while node > 0:
             out.append(node)
@@ -211,9 +213,7 @@ def _tree_block(tree: Tree, n_ctx: int, dtype: torch.dtype,
                 device: torch.device) -> torch.Tensor:  # -> [n_ctx + n_nodes, n_ctx + n_nodes]
     """The mask among a tree pass's rows: n_ctx context rows (the root last), causal; nodes see all of them,
     and themselves and their ancestors. Kept per tree; decided in Python, sent in one copy."""
-    never, seen = torch.finfo(dtype).min, [{0}]  # seen[i]: node i and its ancestors
-    for i, parent in enumerate(tree.parents[1:], start=1):
-        seen.append(seen[parent] | {i})
+    never, seen = torch.finfo(dtype).min, tree._seen  # seen[i]: node i and its ancestors
     rows = [[0.0] * (r + 1) + [never] * (n_ctx + tree.size - r - 1) for r in range(n_ctx)]  # causal
     rows += [[0.0] * n_ctx + [0.0 if j in s else never for j in range(1, tree.size + 1)] for s in seen[1:]]
     return torch.tensor(rows, dtype=dtype, device=device)

@@ -865,7 +865,7 @@ def test_what_a_tree_in_one_call_does_not_serve_grows_pass_by_pass(built_tree):
     assert drafter.propose_tree(ids[:101], sd.TreeBudget(2, 2, 3), greedy)[0].size == 3 and calls == [1]
     assert grown.trees.built() == [(2, 2)]
     fresh = aot_tree.CompiledTrees(head)  # this machine's cache has no tree package for the head
-    assert fresh.built() == [] and fresh.runner(2, 2) is None
+    assert fresh.built() == [] and fresh.runner((2, 2)) is None
     assert not fresh.serves(sd.TreeBudget(2, 2, 4), 2, greedy, 1)
     for depth, width in ((1, 2), (2, 0), (2, aot_head.RANKED + 1)):
         with pytest.raises(ValueError, match="depth >= 2"):

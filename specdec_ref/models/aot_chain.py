@@ -34,11 +34,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..cache import cache_kwargs
 from ..sampling import SamplingConfig
-from .aot import (BLOCK, COMPILED_ATTENTION, MAX_BLOCKS, MAX_QUERY, MIN_BLOCKS, _compile, _dims, load_package,
-                  package_path)
-from .aot_head import CompiledHead, HeadKV, HeadStep, head_example_inputs, head_supported
+from .aot import (BLOCK, COMPILED_ATTENTION, MAX_BLOCKS, MAX_QUERY, MIN_BLOCKS, _compile, _dims, package_path)
+from .aot_head import CompiledHead, HeadKV, HeadPackages, HeadStep, head_example_inputs, head_supported
 from .kernels import attention_implementation
 
 CHAIN_FORMAT = "chain-2"  # the chain packages' inputs and outputs; a change rebuilds (2: mask made inside)
@@ -74,7 +72,7 @@ class HeadChain(nn.Module):
         self.step, self.gamma = HeadStep(head), gamma
 
     def forward(self, tokens, table, features, positions, write, columns, uniforms, scale, greedy, *kv):
-        head, cache, gamma = self.step.head, self.step.cache, self.gamma
+        head, gamma = self.step.head, self.gamma
         self.step.bind(kv, write)
         mask = causal_inside(columns, positions, table.dtype)  # [1, 1, q + γ - 1, write + q + γ - 1]
         keep = head.head.keep_ids  # [K] ascending vocabulary ids
@@ -82,11 +80,8 @@ class HeadChain(nn.Module):
         ks = torch.arange(keep.shape[0], device=keep.device)  # [K] the columns of the reduced logits
         x, f, rows, drafted, dists = tokens, features, slice(0, q), [], []
         for j in range(gamma):
-            h = self.step.embed(x, table, f)  # [1, n, 2d] -> [1, n, d]
-            out = head.body(inputs_embeds=h, position_ids=positions[:, rows],
-                            attention_mask=mask[:, :, rows, :width + j],
-                            **cache_kwargs(head.body, cache), use_cache=True)
-            f = out.last_hidden_state[:, -1:]  # [1, 1, d] the head's guess of the next feature
+            out = self.step.run(x, table, f, positions[:, rows], mask[:, :, rows, :width + j])  # [1, n, d]
+            f = out[:, -1:]  # [1, 1, d] the head's guess of the next feature
             logits = head.head.reduced_logits(f[0])  # [1, K]
             # [1, K] in float32 (float64 for a float64 head), as `logits_to_probs` at temperature 1 / scale
             probs = (logits.to(torch.promote_types(logits.dtype, torch.float32)) * scale).softmax(-1)
@@ -168,30 +163,18 @@ def build_chain(head, gamma: int, path: Path | None = None, *, options: dict | N
 
 
 
-class CompiledChains:
-    """This machine's chain packages for one feature head, loaded on first use of each γ; `draft` runs one.
+class CompiledChains(HeadPackages):
+    """This machine's chain packages for one feature head, by γ, loaded on first use; `draft` runs one.
     `loading` gives a `CompiledHead` one as its `chains`, which `FeatureDrafter.propose` asks first."""
+    KEYS = CHAIN_GAMMAS
 
     def __init__(self, head):
-        self.head, self.runners = head, {}
+        super().__init__(head)
         self.flags = {g: torch.tensor(g, device=head.fc.weight.device) for g in (False, True)}
         self.scales, self.zeros = {}, {}  # 0-d scale tensors and greedy's unused uniforms, kept
 
-    def runner(self, gamma: int):
-        if gamma not in self.runners:
-            path = chain_package_path(self.head, gamma)
-            self.runners[gamma] = load_package(path) if path.exists() else None
-        return self.runners[gamma]
-
-    def built(self) -> list[int]:
-        """The γ this machine has a package for (of those `python -m specdec_ref compile` builds)."""
-        return [g for g in CHAIN_GAMMAS if self.runners.get(g) or chain_package_path(self.head, g).exists()]
-
-    def wrap(self, wrapper) -> None:
-        """Every built chain's runner replaced by wrapper(runner): the scripts that time the packages' calls
-        (`lab.timing.InsideClock.wrap`)."""
-        for g in self.built():
-            self.runners[g] = wrapper(self.runner(g))
+    def path(self, gamma: int) -> Path:
+        return chain_package_path(self.head, gamma)
 
     def draft(self, hidden: torch.Tensor, tokens: torch.Tensor, cache, gamma: int, sampling: SamplingConfig,
               generator: torch.Generator | None, sharpness: float = 1.0,

@@ -74,15 +74,16 @@ class HeadStep(nn.Module):
             layer.max_cache_len = kv[2 * i].shape[2]
             layer.cumulative_length = write.clone()
 
-    def embed(self, tokens, table, features):  # [1, q], [V, d], [1, q, d] -> fc's output [1, q, d]
-        return self.head.fc(torch.cat([F.embedding(tokens, table), features], dim=-1))
+    def run(self, tokens, table, features, positions, mask):  # [1, q] ... -> the head's output [1, q, d]
+        """One pass over the bound buffers: fc over each token's embedding beside its feature, then the
+        decoder layers (every program here is made of these: `HeadChain`, `aot_tree.HeadTree`)."""
+        x = self.head.fc(torch.cat([F.embedding(tokens, table), features], dim=-1))  # [1, q, 2d] -> [1, q, d]
+        return self.head.body(inputs_embeds=x, position_ids=positions, attention_mask=mask,
+                              **cache_kwargs(self.head.body, self.cache), use_cache=True).last_hidden_state
 
     def forward(self, tokens, table, features, positions, write, mask, *kv):
         self.bind(kv, write)
-        x = self.embed(tokens, table, features)  # [1, q, 2d] -> [1, q, d]
-        out = self.head.body(inputs_embeds=x, position_ids=positions, attention_mask=mask,
-                             **cache_kwargs(self.head.body, self.cache), use_cache=True)
-        features = out.last_hidden_state[0]  # [q, d]
+        features = self.run(tokens, table, features, positions, mask)[0]  # [q, d]
         logits = self.head.head.reduced_logits(features)  # [q, K]
         keep = self.head.head.keep_ids
         best = ranked(logits, keep, min(RANKED, keep.shape[0]))  # [q, RANKED] twice
@@ -269,6 +270,35 @@ class CompiledHead(nn.Module):
         self.__dict__["_last"] = LastPass(out, logits, tokens, Ranked(logp, best))
         cache.length = start + q
         return out[None]  # [1, q, d]
+
+
+class HeadPackages:
+    """This machine's packages of one kind for a feature head, by key (`KEYS`: those `python -m specdec_ref
+    compile` builds), each loaded on first use: `CompiledChains` (by γ), `aot_tree.CompiledTrees` (by depth
+    and width)."""
+    KEYS: tuple = ()
+
+    def __init__(self, head):
+        self.head, self.runners = head, {}
+
+    def path(self, key) -> Path:  # where the package for key is, or would be
+        raise NotImplementedError
+
+    def runner(self, key):
+        if key not in self.runners:
+            path = self.path(key)
+            self.runners[key] = load_package(path) if path.exists() else None
+        return self.runners[key]
+
+    def built(self) -> list:
+        """The keys this machine has a package for."""
+        return [k for k in self.KEYS if self.runners.get(k) or self.path(k).exists()]
+
+    def wrap(self, wrapper) -> None:
+        """Every built package's runner replaced by wrapper(runner): the scripts that time the packages' calls
+        (`lab.timing.InsideClock.wrap`)."""
+        for k in self.built():
+            self.runners[k] = wrapper(self.runner(k))
 
 
 def attach_head(head, *, enabled: bool | None = None):

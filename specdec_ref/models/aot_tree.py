@@ -31,13 +31,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..cache import cache_kwargs
 from ..sampling import SamplingConfig, ranked
 from ..tree import GrowingTree, Tree, TreeBudget, best_nodes
-from .aot import (BLOCK, COMPILED_ATTENTION, MAX_BLOCKS, MAX_QUERY, MIN_BLOCKS, _compile, _dims, load_package,
-                  package_path)
+from .aot import (BLOCK, COMPILED_ATTENTION, MAX_BLOCKS, MAX_QUERY, MIN_BLOCKS, _compile, _dims, package_path)
 from .aot_chain import causal_inside, shared_constants
-from .aot_head import RANKED, CompiledHead, HeadKV, HeadStep, head_example_inputs, head_supported
+from .aot_head import (RANKED, CompiledHead, HeadKV, HeadPackages, HeadStep, head_example_inputs,
+                       head_supported)
 from .kernels import attention_implementation
 
 TREE_FORMAT = "tree-2"  # the tree packages' inputs and outputs; a change rebuilds (2: mask made inside)
@@ -74,9 +73,7 @@ class HeadTree(nn.Module):
 
     def _pass(self, tokens, table, features, positions, mask):  # [1, n] ... -> ([n, d], Ranked [n, w])
         head = self.step.head
-        out = head.body(inputs_embeds=self.step.embed(tokens, table, features), position_ids=positions,
-                        attention_mask=mask, **cache_kwargs(head.body, self.step.cache), use_cache=True)
-        f = out.last_hidden_state[0]  # [n, d]
+        f = self.step.run(tokens, table, features, positions, mask)[0]  # [n, d]
         keep = head.head.keep_ids
         best = ranked(head.head.reduced_logits(f), keep, min(RANKED, keep.shape[0]))  # as `HeadStep` ranks
         return f, best.logp[:, :self.width].double(), best.tokens[:, :self.width]
@@ -141,28 +138,18 @@ def build_tree(head, depth: int, width: int, path: Path | None = None, *, option
                         f"the feature head's trees {depth} deep, {width} wide" if verbose else "")
 
 
-class CompiledTrees:
-    """This machine's tree packages for one feature head, loaded on first use; `grow` runs one. `loading`
-    gives a `CompiledHead` one as its `trees`, which `FeatureDrafter.propose_tree` asks first."""
+class CompiledTrees(HeadPackages):
+    """This machine's tree packages for one feature head, by (depth, width), loaded on first use; `grow` runs
+    one. `loading` gives a `CompiledHead` one as its `trees`, which `FeatureDrafter.propose_tree` asks
+    first."""
+    KEYS = TREE_SHAPES
 
     def __init__(self, head):
-        self.head, self.runners, self.stops = head, {}, {}
+        super().__init__(head)
+        self.stops = {}  # 0-d log(stop) tensors, kept
 
-    def runner(self, depth: int, width: int):
-        if (depth, width) not in self.runners:
-            path = tree_package_path(self.head, depth, width)
-            self.runners[depth, width] = load_package(path) if path.exists() else None
-        return self.runners[depth, width]
-
-    def built(self) -> list[tuple[int, int]]:
-        """The (depth, width) this machine has a package for (of those `python -m specdec_ref compile`
-        builds)."""
-        return [s for s in TREE_SHAPES if self.runners.get(s) or tree_package_path(self.head, *s).exists()]
-
-    def wrap(self, wrapper) -> None:
-        """Every built tree's runner replaced by wrapper(runner) (`lab.timing.InsideClock.wrap`)."""
-        for s in self.built():
-            self.runners[s] = wrapper(self.runner(*s))
+    def path(self, shape: tuple[int, int]) -> Path:
+        return tree_package_path(self.head, *shape)
 
     def serves(self, budget, depth: int, sampling: SamplingConfig, q: int) -> bool:
         """Whether `grow` grows this tree (`depth` deep: a budget's own depth, or less near the end of a
@@ -170,7 +157,7 @@ class CompiledTrees:
         package for, and at most MAX_QUERY pairs (else the caller grows it pass by pass)."""
         return (isinstance(budget, TreeBudget) and sampling.greedy and depth == budget.depth
                 and 1 <= q <= MAX_QUERY and (depth, budget.topk) in TREE_SHAPES
-                and self.runner(depth, budget.topk) is not None)
+                and self.runner((depth, budget.topk)) is not None)
 
     def grow(self, hidden: torch.Tensor, tokens: torch.Tensor, cache: HeadKV, root: int,
              budget: TreeBudget) -> tuple[Tree, list[int]]:  # [q, d], [q] -> (Tree, tokens)
@@ -184,7 +171,7 @@ class CompiledTrees:
         if budget.stop not in self.stops:
             log_stop = math.log(budget.stop) if budget.stop > 0 else -math.inf
             self.stops[budget.stop] = torch.tensor(log_stop, dtype=torch.float64, device=device)
-        nodes, scores = self.runner(D, w)(
+        nodes, scores = self.runner((D, w))(
             tokens[None], self.head.embed.weight, hidden[None].to(weight.dtype),
             cache.counter.positions(start, q), cache.counter.scalar(start),
             cache.counter.columns(start + n), self.stops[budget.stop], *cache.kv)

@@ -76,6 +76,4 @@ class Counter:
         return self.positions(n, 1)[0, 0]
 
     def columns(self, n: int) -> torch.Tensor:  # -> [n]: 0, ..., n - 1 (mask columns: `aot_chain`)
-        if n > self.values.shape[1]:
-            self.positions(0, n)
-        return self.values[0, :n]
+        return self.positions(0, n)[0]
