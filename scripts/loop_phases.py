@@ -35,7 +35,7 @@ import specdec_ref.generate as gen  # noqa: E402
 import specdec_ref.tree as trees  # noqa: E402
 from specdec_ref.distill.prompts import HELD_OUT  # noqa: E402
 from specdec_ref.lab.timing import InsideClock  # noqa: E402
-from specdec_ref.models import aot, aot_chain, aot_head, aot_tree  # noqa: E402
+from specdec_ref.models import aot, aot_chain, aot_head, aot_tree, aot_verdict  # noqa: E402
 from specdec_ref.models.method import parse_method  # noqa: E402
 
 target, draft, tok = sd.load_offline_pair(draft="feature")
@@ -72,6 +72,8 @@ PHASES = ((F, "propose", "drafter.propose"), (F, "feed_context", "  feed_context
           (drafters, "draw", "  draft draw"), (drafters, "spread", "  draft rows spread"),
           (H, "ranked", "  head ranked"),
           (aot_head, "pass_mask", "  head mask"), (C, "logits", "target pass, outside its package"),
+          (aot, "pass_mask", "  target mask"), (C, "note_finite", "  target note_finite"),
+          (C, "_make_room", "  target make_room"),
           (C, "rollback", "target rollback"), (gen, "verify_greedy", "verify_greedy"),
           (gen, "greedy_tokens", "greedy_tokens"), (gen, "trim_new_tokens", "trim_new_tokens"),
           (gen, "speculative_step", "the whole iteration"),
@@ -85,9 +87,11 @@ PHASES = ((F, "propose", "drafter.propose"), (F, "feed_context", "  feed_context
           (gen, "tree_attention_mask", "target tree mask"),
           (gen, "tree_position_ids", "target tree positions"),
           (C, "keep_rows", "target keep_rows"), (gen, "verify_tree_greedy", "verify_tree_greedy"),
-          (gen, "verify_tree", "verify_tree (sampled)"))
+          (gen, "verify_tree", "verify_tree (sampled)"),
+          (aot_verdict.SampledPackages, "judge", "the compiled verdict, its call included"))
 for owner, name, label in PHASES:
     setattr(owner, name, phase(label, getattr(owner, name)))
+gen.PACKAGED_RULES = (gen.logits_to_probs, gen.verify)  # timed, the same rules: the compiled verdict serves
 sampling = sd.SamplingConfig(args.temperature)
 if args.tree:
     method = dict(tree=parse_method(f"tree {args.tree}"))

@@ -115,6 +115,11 @@ class CachedModel:
         `models.aot`), else None: the caller takes `sampling.argmax`."""
         return None
 
+    def packaged_sampling(self):
+        """The compiled draw and chain verdict for this model's logits (`models.aot_verdict.SampledPackages`:
+        `draw`, `judge`) where this machine built them, else None: the loops then run the Python rules."""
+        return self.model.__dict__.get(SAMPLED_PACKAGES)
+
     def check_finite(self) -> None:
         """Refuse NaN or inf logits with the likely cause and the fix, instead of sampling garbage from
         them."""
@@ -214,6 +219,8 @@ BUCKET = 256  # static buffers hold a multiple of this many tokens: many lengths
 COMPILE_OPTIONS = dict(mode="reduce-overhead")  # torch.compile's options for cache="compiled": CUDA graphs
 STATIC_CACHES = "_specdec_static_caches"  # the model attribute that keeps its static caches (`_static_model`)
 COMPILED_PASS = "_specdec_compiled"  # the model attribute that holds its compiled pass (`models.aot.attach`)
+# ... and its compiled sampled draw and chain verdict (`models.aot_verdict.attach`)
+SAMPLED_PACKAGES = "_specdec_sampled"
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # torch.compile modes that capture CUDA graphs
 
 

@@ -190,7 +190,8 @@ def diagnose_main(args) -> None:
 def compile_main(args) -> None:
     """Build this machine's compiled passes for the offline target and the feature head (models.aot), then
     check the target's against eager."""
-    from .models import aot, aot_chain, aot_head, aot_tree, feature_draft
+    from .cache import vocab_size
+    from .models import aot, aot_chain, aot_head, aot_tree, aot_verdict, feature_draft
     from .models.loading import default_dtype, load_offline_target
     dtype = default_dtype(torch.device("cpu")) if args.dtype == "auto" else getattr(torch, args.dtype)
     model, _ = load_offline_target("cpu", dtype, prepack=False, compiled=False)  # no old package loaded
@@ -203,8 +204,12 @@ def compile_main(args) -> None:
         + [(aot_tree.tree_package_path(head, *s), lambda p, s=s: aot_tree.build_tree(head, *s, p))
            for s in aot_tree.TREE_SHAPES])
     head_paths = [p for p, _ in builds]
-    if path.exists() and all(p.exists() for p in head_paths) and not args.force:
-        print(f"this machine's compiled passes exist: {', '.join(map(str, [path] + head_paths))}"
+    builds += [(aot_verdict.verdict_path(k, vocab_size(model), dtype),  # the sampled draw and chain verdict
+                lambda p, k=k: aot_verdict.build_verdict(k, vocab_size(model), dtype, p))
+               for k in ("draw", "verdict")]
+    paths = [path] + [p for p, _ in builds]
+    if all(p.exists() for p in paths) and not args.force:
+        print(f"this machine's compiled passes exist: {', '.join(map(str, paths))}"
               " (--force builds them again)")
         return
     print(f"compiling the offline target's pass ({str(dtype).removeprefix('torch.')}, "
@@ -223,6 +228,7 @@ def compile_main(args) -> None:
           + (f"\ncompiled feature head: {', '.join(map(str, head_paths))} (its pass; its chains of "
              f"{', '.join(map(str, aot_chain.CHAIN_GAMMAS))} drafts and its greedy trees {shapes} "
              "(depth/width) in one call)" if head is not None else "")
+          + f"\nthe sampled draw and chain verdict: {', '.join(map(str, paths[1 + len(head_paths):]))}"
           + "\n(SPECDEC_AOT=0 opts out)")
 
 

@@ -20,6 +20,10 @@ from .tree import (Tree, TreeBudget, as_tree, tree_attention_mask, tree_position
                    verify_tree_greedy)
 from .verify import verify, verify_block, verify_greedy
 
+# the rules a compiled draw and chain verdict compute (`CachedModel.packaged_sampling`); where a chapter or
+# `lab.broken` swaps either of them in this module, the loop runs what was swapped in instead
+PACKAGED_RULES = (logits_to_probs, verify)
+
 
 @dataclass
 class Stats:
@@ -170,7 +174,7 @@ def autoregressive_generate(model, input_ids: torch.Tensor, max_new_tokens: int,
         if sampling.greedy:
             token = greedy_tokens(lm, logits)  # [1]
         else:
-            token = sample(logits_to_probs(logits[0], sampling), generator)  # [1]
+            token = sampled_token(lm, logits, sampling, generator)  # [1]
         tokens = torch.cat([tokens, token])
         new, done = trim_new_tokens(tokens, n_prompt, max_new_tokens, eos_token_id)
     lm.check_finite()
@@ -183,6 +187,21 @@ def greedy_tokens(lm: CachedModel, logits: torch.Tensor) -> torch.Tensor:  # [k,
     else `sampling.argmax`."""
     best = lm.pass_argmax(logits)
     return argmax(logits) if best is None else best
+
+
+def sampled_packages(lm: CachedModel):
+    """The compiled draw and chain verdict for lm's logits (`CachedModel.packaged_sampling`), where this
+    machine built them and the loop's rules are the ones they compute (`PACKAGED_RULES`); else None."""
+    return lm.packaged_sampling() if (logits_to_probs, verify) == PACKAGED_RULES else None
+
+
+def sampled_token(lm: CachedModel, logits: torch.Tensor, sampling: SamplingConfig,
+                  generator: torch.Generator | None) -> torch.Tensor:  # [1, V] -> [1]
+    """`sample(logits_to_probs(logits[0], sampling))`, in one compiled call where `sampled_packages` gives
+    one (the same uniform from the generator, so the same token)."""
+    packaged = sampled_packages(lm)
+    token = None if packaged is None else packaged.draw(logits, sampling, generator)
+    return sample(logits_to_probs(logits[0], sampling), generator) if token is None else token
 
 
 def one_hot_rows(best: torch.Tensor, logits: torch.Tensor) -> Callable[[], torch.Tensor]:  # [k] -> [k, V]
@@ -204,11 +223,18 @@ def speculative_step(target_lm: CachedModel, drafter: Drafter, tokens: torch.Ten
     target_logits = target_lm.logits(torch.cat([tokens, draft_tokens]), keep=g + 1)  # [γ+1, V]
     # 3. keep an exact prefix of the draft, plus one replacement or bonus token
     # greedy: the same tokens from the argmax alone, the one-hot rows built for Step only (`verify_greedy`;
-    # lab.broken.using_verify sets it to None, to judge greedy chains too)
+    # lab.broken.using_verify sets it to None, to judge greedy chains too); sampled, `verify`'s verdict in one
+    # compiled call where this machine built one (`sampled_packages`)
+    packaged = sampled_packages(target_lm) if not sampling.greedy and verification == "token" else None
+    judged = None if packaged is None else packaged.judge(draft_tokens, draft_probs, target_logits, sampling,
+                                                          generator)
     if sampling.greedy and verify_greedy is not None:
         best = greedy_tokens(target_lm, target_logits)  # [γ+1]
         n, next_token = verify_greedy(draft_tokens, best)
         target_probs = one_hot_rows(best, target_logits)  # [γ+1, V], built if Step's reader asks
+    elif judged is not None:
+        n, next_token = judged
+        target_probs = lambda: logits_to_probs(target_logits, sampling)  # noqa: E731 [γ+1, V], as greedy's
     else:
         target_probs = logits_to_probs(target_logits, sampling)  # [γ+1, V]
         rule = verify_block if verification == "block" else verify

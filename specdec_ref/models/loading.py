@@ -119,8 +119,9 @@ def load_offline_target(device: torch.device | str | None = None, dtype: torch.d
     model = prepack_for_cpu(model.to(device or "cpu").eval(), prepack)
     attach_int4(model, codes)
     if model.device.type == "cpu":  # the compiled pass, where `python -m specdec_ref compile` built one
-        from . import aot
+        from . import aot, aot_verdict
         aot.attach(model, enabled=compiled)
+        aot_verdict.attach(model, enabled=compiled)  # and its sampled draw and chain verdict
     return model, tokenizer
 
 
