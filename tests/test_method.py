@@ -351,6 +351,18 @@ def test_a_machine_key_changes_with_the_chains_drafted_in_one_call(pair):
     assert keys[0] != keys[1] == keys[2]
 
 
+def test_a_machine_key_changes_with_the_compiled_draws(pair, monkeypatch):
+    """The loop's sampled work is cheaper with `models.aot_verdict`'s programs: a calibration made without
+    them is not reused with them."""
+    from specdec_ref.cache import SAMPLED_PACKAGES
+    target, drafter = pair
+    before = mm.machine_key(target, drafter)
+    monkeypatch.setitem(target.__dict__, SAMPLED_PACKAGES, object())
+    assert mm.machine_key(target, drafter) != before
+    monkeypatch.delitem(target.__dict__, SAMPLED_PACKAGES)
+    assert mm.machine_key(target, drafter) == before
+
+
 def calibrated_once(pair, monkeypatch):
     """A steady machine's costs, calibrated and cached once: (target, drafter, ids, the cache file, its
     contents)."""

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..cache import cached_model, vocab_size
+from ..cache import SAMPLED_PACKAGES, cached_model, vocab_size
 from ..drafters import empty_proposal
 from ..device import chip_name, package_version, seconds_since, start_timer
 from ..generate import Step, autoregressive_generate, rows_per_pass, speculative_generate
@@ -223,8 +223,8 @@ COST_MODEL = (f"h0 + h_node (+ sampled), c_row, c_first, one-call chains and tre
 
 def machine_key(target, drafter) -> str:
     """What calibrated costs depend on: processor, threads, dtype, models, torch and package versions, the
-    attention and compiled packages the passes run through (a new head package, `aot_head.HEAD_FORMAT`, is
-    priced anew)."""
+    attention and compiled packages the passes, drafts and draws run through (a new head package,
+    `aot_head.HEAD_FORMAT`, is priced anew)."""
     device = next(target.parameters()).device
     head = getattr(drafter, "head", None)
     head_package = getattr(head, "path", None)  # a compiled head (models.aot_head.CompiledHead): its package
@@ -233,7 +233,7 @@ def machine_key(target, drafter) -> str:
              str(target.config.num_hidden_layers), str(target.config.hidden_size), type(drafter).__name__,
              type(head).__name__, kernel_path(target), getattr(head_package, "name", ""),
              str(getattr(target.config, "_attn_implementation", "")), str(one_call_chains(drafter)),
-             str(one_call_trees(drafter))]  # and the chains and trees it drafts in one call
+             str(one_call_trees(drafter)), str(SAMPLED_PACKAGES in target.__dict__)]  # + one-call draws
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
