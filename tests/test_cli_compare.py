@@ -25,9 +25,9 @@ def test_held_out_speeds_sums_tokens_and_seconds_over_prompts_interleaved(monkey
     encoded = [torch.tensor([[0, 5, 6]]), torch.tensor([[1, 7]])]
     plain, spec = cli.held_out_speeds(None, None, encoded, 10, dict(gamma=2), SamplingConfig(0), seed=7)
     assert (plain, spec) == pytest.approx((20 / 4.0, 20 / 2.0))  # summed, not averaged per prompt
-    # prompt by prompt, plain then speculative, every run seeded alike, the method passed on
-    assert calls == [("plain", 0, 7, None), ("speculative", 0, 7, 2), ("plain", 1, 7, None),
-                     ("speculative", 1, 7, 2)]
+    # prompt by prompt, each prompt starting one method later, every run seeded alike, the method passed on
+    assert calls == [("plain", 0, 7, None), ("speculative", 0, 7, 2), ("speculative", 1, 7, 2),
+                     ("plain", 1, 7, None)]
 
 
 def test_a_negative_prompt_count_is_refused_before_anything_loads(monkeypatch, capsys):
