@@ -167,9 +167,13 @@ def test_they_stand_aside(packages, pair, monkeypatch, setting):
     else:
         generate(target, draft, **kw)
     judged = calls["judge"]
-    if setting == "top_k":  # asked, and it declines
-        assert packages.judge(torch.tensor([1]), torch.rand(1, V).softmax(-1), torch.randn(2, V),
-                              kw["sampling"], None) is None
+    if setting == "top_k":  # asked, and it declines; as it does rows it was not built for
+        rows, logits, plain = torch.rand(1, V).softmax(-1), torch.randn(2, V), SamplingConfig(1.0)
+        assert packages.judge(torch.tensor([1]), rows, logits, kw["sampling"], None) is None
+        assert packages.judge(torch.tensor([1]), rows, logits, plain, None) is not None  # power
+        assert packages.judge(torch.tensor([1]), rows.double(), logits, plain, None) is None
+        assert packages.judge(torch.tensor([1]), rows[:, :-1], logits[:, :-1], plain, None) is None
+        assert packages.judge(torch.tensor([1], dtype=torch.int32), rows, logits, plain, None) is None
     else:
         assert judged == 0
 

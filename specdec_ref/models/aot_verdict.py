@@ -199,12 +199,13 @@ class SampledPackages:
               sampling: SamplingConfig, generator: torch.Generator | None,
               ) -> tuple[int, torch.Tensor] | None:  # [γ], [γ, V], [γ+1, V] -> (n, [1])
         """`verify(drafted, rows, logits_to_probs(logits, sampling), generator)` in one call (γ = 0: `draw`);
-        None where not served (rows not float32, a chain longer than MAX_GAMMA, no package)."""
+        None where not served (rows not float32 [γ, V], a chain longer than MAX_GAMMA, no package)."""
         g = drafted.shape[0]
         if g == 0:
             token = self.draw(logits, sampling, generator)
             return None if token is None else (0, token)
-        if (rows is None or rows.dtype != torch.float32 or g > MAX_GAMMA or logits.shape[0] != g + 1
+        if (rows is None or rows.dtype != torch.float32 or tuple(rows.shape) != (g, self.vocab_size)
+                or drafted.dtype != torch.long or g > MAX_GAMMA or logits.shape[0] != g + 1
                 or not self._serves(logits, sampling) or self.runner("verdict") is None):
             return None
         u = torch.rand(g + 1, generator=generator, dtype=torch.float64)  # [γ+1], as `verify` draws them
