@@ -7,6 +7,7 @@ package was made on.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import time
@@ -71,3 +72,13 @@ def package_version() -> str:
         return version("specdec_ref")
     except PackageNotFoundError:
         return "source"
+
+
+def build_key(device: torch.device | str, *parts: str) -> str:
+    """The name of something built for this machine and install (a compiled package): its processor with its
+    flags, torch's threads, torch's version and this package's, then `parts` (a format, what it was built
+    for), hashed. Threads belong to it because Inductor writes its kernels for the thread count it compiles
+    at."""
+    parts = (chip_name(device, with_flags=True), str(torch.get_num_threads()), torch.__version__,
+             package_version(), *parts)
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]

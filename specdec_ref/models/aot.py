@@ -43,7 +43,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from ..cache import COMPILED_PASS, STATIC_CACHES, CachedModel, additive_mask, cache_kwargs
 from ..cache import compiled_pass  # noqa: F401 (chapters and scripts read it as aot.compiled_pass)
-from ..device import chip_name, package_version
+from ..device import build_key
 from . import aot_use, bf16_gemm
 from .kv import Counter, copy_prefix, kv_buffers, kv_shape, move_rows
 from .kernels import attention_implementation
@@ -188,9 +188,7 @@ def package_key(model, fmt: str = str(FORMAT)) -> str:
     belong to it because Inductor writes its GEMMs for the thread count it compiles at (a package built at 1
     thread multiplies on one core whatever torch is told later)."""
     device = next(model.parameters()).device
-    parts = [chip_name(device, with_flags=True), str(torch.get_num_threads()), torch.__version__,
-             package_version(), fmt, device.type, fingerprint(model)]
-    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+    return build_key(device, fmt, device.type, fingerprint(model))
 
 
 def package_path(model, fmt: str = str(FORMAT)) -> Path:

@@ -33,7 +33,6 @@ against 86.9; the loop's own work at T = 1 fell from 0.089-0.099 t(1) to 0.066 f
 """
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import torch
@@ -41,7 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..cache import SAMPLED_PACKAGES, vocab_size
-from ..device import chip_name, package_version
+from ..device import build_key
 from ..sampling import SamplingConfig
 from .aot import _compile, load_package, switched_on
 
@@ -124,10 +123,8 @@ def verdict_path(kind: str, vocab_size: int, dtype: torch.dtype, device: torch.d
     """Where this machine's `kind` ("draw" or "verdict") program for logits of vocab_size in dtype is, or
     would be, kept: keyed by the processor, torch's threads, torch, the package's version and the format."""
     from .loading import cache_dir
-    device = torch.device(device)
-    parts = [chip_name(device, with_flags=True), str(torch.get_num_threads()), torch.__version__,
-             package_version(), VERDICT_FORMAT, kind, str(vocab_size), str(dtype), device.type]
-    return cache_dir() / "aot" / f"{hashlib.sha256('|'.join(parts).encode()).hexdigest()[:16]}.pt2"
+    key = build_key(device, VERDICT_FORMAT, torch.device(device).type, kind, str(vocab_size), str(dtype))
+    return cache_dir() / "aot" / f"{key}.pt2"
 
 
 def example_inputs(kind: str, vocab_size: int, dtype: torch.dtype, gamma: int = 2) -> tuple:
