@@ -30,8 +30,11 @@ p.add_argument("--methods", default="1,2,1/2/2,2/2/4,3/3/8,4/4/12",
 p.add_argument("--package", action="append", default=[], help="NAME=PATH of a package (repeatable); "
                "default: this machine's")
 p.add_argument("--wide", action="append", default=[], metavar="NAME",
-               help="a package of FORMAT 5 or older (masks as wide as its buffers)")
+               help="a package of FORMAT 5 or older (masks as wide as the buffers)")
+p.add_argument("--format", action="append", default=[], metavar="NAME=N",
+               help="a package of an older FORMAT N (aot_use.older_runner), e.g. old=6")
 args = p.parse_args()
+FORMATS = {n: int(v) for n, _, v in (f.partition('=') for f in args.format)}
 torch.set_num_threads(args.threads)
 os.environ.setdefault("SPECDEC_CALIBRATE", "0")  # the methods are given below
 os.environ["SPECDEC_AOT"] = "1"  # attach the package whatever its first load measured: every path is timed
@@ -47,7 +50,7 @@ for item in args.package:
     name, _, path = item.partition("=")
     if not path:
         p.error(f"give each package as NAME=PATH, got {item!r}")
-    runner = aot_use.checked_package(target, path, wide=name in args.wide)
+    runner = aot_use.checked_package(target, path, 5 if name in args.wide else FORMATS.get(name))
     use = aot_use.first_load(target, lambda r=runner: aot.CompiledCachedModel(target, r), Path(path))
     paths[name] = aot.CompiledPass(target, runner, Path(path), use.pad_single)
 if not paths:

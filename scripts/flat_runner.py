@@ -20,7 +20,8 @@ args = p.parse_args()
 torch.set_num_threads(args.threads)
 import specdec_ref as sd  # noqa: E402
 from specdec_ref.distill.prompts import HELD_OUT  # noqa: E402
-from specdec_ref.models.aot import FlatRunner, pass_mask  # noqa: E402
+from specdec_ref.models.aot import FlatRunner  # noqa: E402
+from specdec_ref.models.aot_head import pass_mask  # noqa: E402
 
 target, drafter, tok = sd.load_offline_pair(draft="feature")
 compiled, head = sd.models.aot.compiled_pass(target), drafter.head

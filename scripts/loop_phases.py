@@ -72,7 +72,7 @@ PHASES = ((F, "propose", "drafter.propose"), (F, "feed_context", "  feed_context
           (drafters, "draw", "  draft draw"), (drafters, "spread", "  draft rows spread"),
           (H, "ranked", "  head ranked"),
           (aot_head, "pass_mask", "  head mask"), (C, "logits", "target pass, outside its package"),
-          (aot, "pass_mask", "  target mask"), (C, "note_finite", "  target note_finite"),
+          (aot, "mask_block", "  target mask"), (C, "note_finite", "  target note_finite"),
           (C, "_make_room", "  target make_room"),
           (C, "rollback", "target rollback"), (gen, "verify_greedy", "verify_greedy"),
           (gen, "greedy_tokens", "greedy_tokens"), (gen, "trim_new_tokens", "trim_new_tokens"),

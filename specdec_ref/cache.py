@@ -8,6 +8,7 @@ import os
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 from transformers import DynamicCache, StaticCache
 
 
@@ -159,9 +160,12 @@ class CachedModel:
         pass, on every row: `head_on_kept_rows`).
 
         position_ids [k] and a 4D additive attention_mask [1, 1, k, T] are for tree passes (tree.py); by
-        default the new tokens sit causally after the cached ones.
+        default the new tokens sit causally after the cached ones. A mask narrower than T is its last
+        columns, every position before them seen (a tree's mask among its rows, `tree_attention_mask`).
         """
         new = context_ids[self.n_cached:]
+        if attention_mask is not None and attention_mask.shape[-1] < context_ids.shape[0]:
+            attention_mask = F.pad(attention_mask, (context_ids.shape[0] - attention_mask.shape[-1], 0))
         kw = cache_kwargs(self.model, self.cache)
         if position_ids is not None:
             kw.update(position_ids=position_ids[None], attention_mask=attention_mask)

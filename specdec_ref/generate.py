@@ -263,8 +263,8 @@ def tree_step(target_lm: CachedModel, drafter: TreeDrafter, tokens: torch.Tensor
     N = tree.size  # |𝒯|, n_nodes in the shape comments
     # 2. the target scores every node in one pass: each row sees the context and its own ancestors only
     flat, start = torch.cat([tokens, node_tokens[1:]]), target_lm.n_cached  # [T + n_nodes]
-    # [1, 1, q, T + n_nodes]
-    mask = tree_attention_mask(tree, T, start, T + N, target_lm.dtype, tokens.device)
+    # [1, 1, q, q]: among the pass's rows (the cached context before them is seen)
+    mask = tree_attention_mask(tree, T, start, T + N, target_lm.dtype, tokens.device, among_rows=True)
     positions = tree_position_ids(tree, T, start, T + N, tokens.device)  # [q]
     # [n_nodes+1, V]
     target_logits = target_lm.logits(flat, keep=N + 1, position_ids=positions, attention_mask=mask)

@@ -195,28 +195,28 @@ Expand = Callable[[GrowingTree, list[int]], DraftLogits]
 # ----------------------------------------------------------------------------------------------
 
 def tree_attention_mask(tree: Tree, context_len: int, start: int, stop: int, dtype: torch.dtype,
-                        device=None) -> torch.Tensor:  # -> [1, 1, stop - start, stop]
-    """Additive mask for rows start..stop-1 of the flattened sequence (the context, then nodes 1..|𝒯|).
+                        device=None, among_rows: bool = False) -> torch.Tensor:  # -> [1, 1, q, stop or q]
+    """Additive mask for rows start..stop-1 (q of them) of the flattened sequence (context, nodes 1..|𝒯|).
 
     A context token sees the context before it (causal); a node sees the whole context and its ancestors.
-    """
+    among_rows: the last stop - start columns (kept per tree), as `CachedModel.logits` takes them too."""
     if not 0 <= start <= context_len or stop != context_len + tree.size:
         raise ValueError(f"a tree pass scores the context from `start` (0 <= start <= {context_len}) and "
                          f"then all {tree.size} nodes (stop = {context_len + tree.size}), "
                          f"got {start}..{stop}")
-    block = _tree_block(tree, context_len - start, dtype, torch.device(device or "cpu"))  # [q, q]
-    return F.pad(block, (start, 0))[None, None]  # every row sees the cached context (0s): [1, 1, q, k]
+    block = _tree_block(tree, context_len - start, dtype, torch.device(device or "cpu"))  # [1, 1, q, q]
+    return block if among_rows else F.pad(block, (start, 0))  # every row sees the cached context (0s)
 
 
 @lru_cache(maxsize=64)
 def _tree_block(tree: Tree, n_ctx: int, dtype: torch.dtype,
-                device: torch.device) -> torch.Tensor:  # -> [n_ctx + n_nodes, n_ctx + n_nodes]
+                device: torch.device) -> torch.Tensor:  # -> [1, 1, n_ctx + n_nodes, n_ctx + n_nodes]
     """The mask among a tree pass's rows: n_ctx context rows (the root last), causal; nodes see all of them,
     and themselves and their ancestors. Kept per tree; decided in Python, sent in one copy."""
     never, seen = torch.finfo(dtype).min, tree._seen  # seen[i]: node i and its ancestors
     rows = [[0.0] * (r + 1) + [never] * (n_ctx + tree.size - r - 1) for r in range(n_ctx)]  # causal
     rows += [[0.0] * n_ctx + [0.0 if j in s else never for j in range(1, tree.size + 1)] for s in seen[1:]]
-    return torch.tensor(rows, dtype=dtype, device=device)
+    return torch.tensor(rows, dtype=dtype, device=device)[None, None]
 
 
 def tree_position_ids(tree: Tree, context_len: int, start: int, stop: int,

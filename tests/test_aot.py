@@ -95,7 +95,7 @@ def test_one_new_token_as_a_padded_pass_gives_the_eager_logits_hidden_states_and
     ref.rollback(100)
     assert torch.allclose(lm.logits(ids[:101], keep=1), ref.logits(ids[:101], keep=1), atol=1e-4)
     assert calls[-1] == 2 and lm.capacity == (aot.MIN_BLOCKS + 1) * aot.BLOCK
-    tree = aot.pass_mask(101, 1, torch.float32)  # a masked pass of one row is never padded
+    tree = aot.causal_mask(101, 1, torch.float32)  # a masked pass of one row is never padded
     lm.logits(ids[:102], keep=1, position_ids=torch.arange(101, 102), attention_mask=tree)
     assert calls[-1] == 1
 
@@ -182,7 +182,7 @@ def test_the_package_brings_each_rows_argmax_and_logit_sum_for_the_rows_it_retur
     assert lm.pass_argmax(before) is None  # nor for an older pass's
     assert CachedModel(attached).pass_argmax(before) is None  # an eager pass brings none
     # the row sums guard against NaN: a NaN in a tree pass's mask reaches every logit and is refused
-    mask = aot.pass_mask(58, 2, torch.float32).clone()
+    mask = aot.causal_mask(58, 2, torch.float32).clone()
     mask[..., 3] = float("nan")
     with pytest.raises(ValueError, match="NaN or inf"):
         lm.logits(ids[:60], keep=2, position_ids=torch.arange(58, 60), attention_mask=mask)
@@ -194,12 +194,47 @@ def test_pass_masks_cover_the_positions_in_use_and_causal_ones_equal_masks_built
         rows, cols = torch.arange(start, start + q)[:, None], torch.arange(start + q)[None]
         assert torch.equal(mask[0, 0], additive_mask(cols <= rows, torch.bfloat16))
         assert mask.shape == (1, 1, q, start + q) and mask.is_contiguous()
-        assert torch.equal(aot.pass_mask(start, q, torch.bfloat16), mask)
+        assert torch.equal(aot_head.pass_mask(start, q, torch.bfloat16), mask)
     tree = torch.zeros(1, 1, 3, 12)
-    assert aot.pass_mask(9, 3, torch.bfloat16, attention_mask=tree).dtype == torch.bfloat16
+    assert aot_head.pass_mask(9, 3, torch.bfloat16, attention_mask=tree).dtype == torch.bfloat16
     for wrong in (torch.zeros(1, 1, 3, 256), torch.zeros(3, 12), torch.zeros(2, 1, 3, 12)):  # as wide as the
         with pytest.raises(ValueError, match=r"takes a mask \[1, 1, 3, 12\]"):  # buffers, or another shape
-            aot.pass_mask(9, 3, torch.float32, attention_mask=wrong)
+            aot_head.pass_mask(9, 3, torch.float32, attention_mask=wrong)
+    # the target's package takes a mask's last w columns, q <= w <= start + q, contiguous, in the pass's dtype
+    for w in (3, 7, 12):
+        block = aot.mask_block(torch.zeros(1, 1, 3, 20)[..., :w], 9, 3, torch.bfloat16)
+        assert block.shape == (1, 1, 3, w) and block.dtype == torch.bfloat16 and block.is_contiguous()
+    for wrong in (torch.zeros(1, 1, 3, 2), torch.zeros(1, 1, 3, 13), torch.zeros(3, 12),
+                  torch.zeros(1, 1, 2, 12)):
+        with pytest.raises(ValueError, match=r"takes a mask \[1, 1, 3, w\], q <= w <= 12"):
+            aot.mask_block(wrong, 9, 3, torch.float32)
+
+
+@torch.inference_mode()
+def test_a_tree_mask_among_the_passs_rows_or_any_wider_gives_what_the_whole_mask_gives(attached):
+    """The package widens a mask's last w columns inside (`KVStep`), the eager pass outside (`CachedModel`):
+    a tree's block among its rows, the same block with some cached columns before it, and the whole mask
+    score alike, compiled and eager; a block that hides a cached column scores otherwise (the columns before
+    a block are seen, not dropped)."""
+    tree = sd.Tree((-1, 0, 0, 1))  # root, two children, a grandchild
+    ids = torch.randint(0, 40, (53,), generator=torch.Generator().manual_seed(3))
+    T, N = 50, tree.size
+    flat = ids[:T + N]
+    positions = sd.tree.tree_position_ids(tree, T, 45, T + N)
+    whole = sd.tree.tree_attention_mask(tree, T, 45, T + N, torch.float32)  # [1, 1, 8, 53]
+    block = sd.tree.tree_attention_mask(tree, T, 45, T + N, torch.float32, among_rows=True)  # [1, 1, 8, 8]
+    assert block.shape == (1, 1, 8, 8) and torch.equal(whole[..., -8:], block)
+    results = []
+    for lm in (cached_model(attached, cache="auto"), CachedModel(attached)):
+        for mask in (whole, block, whole[..., -20:], whole.clone().index_fill_(-1, torch.tensor([44]), -1e9)):
+            lm.rollback(45)
+            if lm.n_cached < 45:
+                lm.logits(ids[:45])
+            results.append(lm.logits(flat, keep=N + 1, position_ids=positions, attention_mask=mask))
+    for i in (0, 4):  # compiled, then eager
+        assert all(torch.allclose(results[i], results[i + j], atol=1e-4) for j in (1, 2))
+        assert not torch.allclose(results[i], results[i + 3], atol=1e-3)  # power: a hidden column tells
+    assert torch.allclose(results[0], results[4], atol=1e-4)
 
 
 class CountOps(TorchDispatchMode):
@@ -596,11 +631,11 @@ def test_compiles_give_the_avx512_micro_gemm_register_blocks_of_at_most_twelve_a
 def test_the_flat_runner_returns_what_the_packages_own_call_returns(built):
     model, path = built
     runner = aot.load_package(path)
-    assert runner.flat  # our packages return (logits, hidden, argmax, row sums): a flat tuple
+    assert runner.flat  # our packages return (logits, argmax, row sums): a flat tuple
     inputs = aot.example_inputs(model)
     # the same pass twice writes the same keys and values at the same positions: both calls see equal inputs
     ours, theirs = runner(*inputs), runner.compiled(*inputs)
-    assert isinstance(ours, tuple) and len(ours) == len(theirs) == 4
+    assert isinstance(ours, tuple) and len(ours) == len(theirs) == 3
     for a, b in zip(ours, theirs):
         assert a.shape == b.shape and torch.equal(a, b)
     assert ours[0].shape[-1] == model.config.vocab_size  # logits first, as CompiledCachedModel unpacks them

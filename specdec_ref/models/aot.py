@@ -8,8 +8,9 @@ frozen into the program and autotuned per layer, streams them faster and scores 
 `bf16_gemm`). But a `torch.compile` of that kind takes minutes every time a process starts (frozen weights
 bypass Inductor's disk cache). So the pass is compiled once, ahead of time, into a package on disk:
 
-* `KVStep` is one pass with everything explicit: token ids, positions, where to write, the additive attention
-  mask, and the KV buffers themselves as inputs that the pass writes in place. Rows (q) and buffer length
+* `KVStep` is one pass with everything explicit: token ids, positions, the additive attention mask among the
+  new rows, the columns in use, and the KV buffers (and a buffer of final hidden states) as inputs that the
+  pass writes in place. Rows (q) and buffer length
   (L, a multiple of `BLOCK`) are dynamic, so one package serves plain decoding, every chain, every tree and
   every context length. The mask covers the positions in use only (start + q of them), and attention reads
   no further (`compiled_attention`).
@@ -26,9 +27,9 @@ The feature head's pass gets a package of its own the same way (`models.aot_head
 from __future__ import annotations
 
 import copy
-import dataclasses
 import functools
 import hashlib
+import json
 import os
 import sys
 import time
@@ -45,6 +46,7 @@ from ..cache import COMPILED_PASS, STATIC_CACHES, CachedModel, additive_mask, ca
 from ..cache import compiled_pass  # noqa: F401 (chapters and scripts read it as aot.compiled_pass)
 from ..device import build_key
 from . import aot_use, bf16_gemm
+from .bf16_gemm import small_register_blocks
 from .kv import Counter, copy_prefix, kv_buffers, kv_shape, move_rows
 from .kernels import attention_implementation
 
@@ -55,22 +57,26 @@ BLOCK = 256  # KV buffers hold a multiple of this many positions
 MIN_BLOCKS = 2
 MAX_QUERY = 64  # rows one compiled pass takes; a longer prefill runs in pieces
 MAX_BLOCKS = 32  # the longest buffer a package takes: 32 x 256 = 8,192 positions (SmolLM2's context)
-FORMAT = 6  # the packages' inputs, outputs and kernels; a change makes every machine build them again
+FORMAT = 7  # the packages' inputs, outputs and kernels; a change makes every machine build them again
 # (5: bfloat16 products by AVX512-BF16's dot-product instruction where the CPU has it, `bf16_gemm`; 6: masks
-# as wide as the positions in use, attention over those only, `compiled_attention`)
+# as wide as the positions in use, attention over those only, `compiled_attention`; 7: the mask widened and
+# the hidden states stored inside, the write position read from the columns, `KVStep`)
 INDUCTOR = dict(freezing=True, max_autotune=True, max_autotune_gemm_backends="CPP,ATEN")
-MAX_BLOCK_ACCUMULATORS = 12  # vector accumulators per register block of the AVX-512 micro-GEMM (see below)
 
 
 class KVStep(nn.Module):
     """One cached pass of a Hugging Face decoder-only LM with nothing hidden, for torch.export:
 
-        (ids [1, q], positions [1, q], write [] long, mask [1, 1, q, write + q], k_0, v_0, ..., k_n-1, v_n-1)
-            -> (logits [q, V], final hidden states [q, d], argmax [q], row sums [q] float32)
+        (ids [1, q], positions [1, q], block [1, 1, q, w], columns [end] (0, 1, ..., end - 1), hidden [L, d],
+         k_0, v_0, ..., k_n-1, v_n-1) -> (logits [q, V], argmax [q], row sums [q] float32)
 
-    The pass writes its q keys and values into rows write..write+q-1 of the KV buffers ([1, heads, L, d]
-    each) in place, and every row attends where the additive mask lets it (0 or the dtype's lowest value)
-    among the first write + q positions (`compiled_attention`); the rest of the buffers is never read.
+    The pass's rows are the positions end - q .. end - 1 of the buffers: it writes their keys and values into
+    the KV buffers ([1, heads, L, d] each) and their final hidden states into `hidden`, in place. `block` is
+    the additive mask's last w columns (0 or the dtype's lowest value): the pass's own triangle (w = q), a
+    tree's mask among its rows, or the whole mask (w = end); every column before them is seen. Each row
+    attends among the first end positions only (`compiled_attention`); the rest of the buffers is never read.
+    Widening the mask, the write position and the hidden states' copy were small operations outside the
+    package, 0.1-0.15 ms a pass right after one (`scripts/loop_phases.py`).
     It also returns each row's argmax (the greedy token, first index on ties, as `sampling.argmax`) and the
     float32 sum of its logits (NaN or +inf as soon as one logit is: `CachedModel.note_finite`). Both read
     the logits once, in a reduction Inductor vectorises; ATen's max over bfloat16 rows of 49,152 logits is not
@@ -85,36 +91,44 @@ class KVStep(nn.Module):
         self.cache.early_initialization(1, heads, head_dim, next(model.parameters()).dtype,
                                         next(model.parameters()).device)
 
-    def forward(self, ids, positions, write, mask, *kv):  # mask [1, 1, q, write + q]
+    def forward(self, ids, positions, block, columns, hidden, *kv):
+        q, end = ids.shape[1], columns.shape[0]
+        write = columns[end - q]  # [] where the pass writes: the columns count 0, 1, ...
         for i, layer in enumerate(self.cache.layers):  # the buffers given: the pass writes into them
             layer.keys, layer.values = kv[2 * i], kv[2 * i + 1]
             layer.max_cache_len = kv[2 * i].shape[2]
             layer.cumulative_length = write.clone()
+        at = columns - (end - block.shape[3])  # [end] each column's place in the block; < 0: before it, seen
+        mask = torch.where(at >= 0, block[..., at.clamp(min=0)], 0.0).to(block.dtype)  # [1, 1, q, end]
         out = self.model.base_model(input_ids=ids, position_ids=positions, attention_mask=mask,
                                     **cache_kwargs(self.model.base_model, self.cache), use_cache=True)
-        hidden = out.last_hidden_state[0]  # [q, d]
-        logits = self.model.get_output_embeddings()(hidden)  # [q, V]
-        return logits, hidden, logits.argmax(-1), logits.sum(-1, dtype=torch.float32)
+        h = out.last_hidden_state[0]  # [q, d]
+        hidden[end - q:end].copy_(h)
+        logits = self.model.get_output_embeddings()(h)  # [q, V]
+        return logits, logits.argmax(-1), logits.sum(-1, dtype=torch.float32)
 
 
 def example_inputs(model, q: int = 3, length: int = MIN_BLOCKS * BLOCK, start: int = 5) -> tuple:
-    """Inputs of one pass: q random tokens after `start` cached ones, in buffers of `length` positions."""
+    """Inputs of one pass: q random tokens after `start` cached ones, in buffers of `length` positions, under
+    a mask block of start positions' width (no size equal to another's, so export keeps them apart)."""
     device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
     ids = torch.randint(0, model.config.vocab_size, (1, q), device=device)
     positions = torch.arange(start, start + q, device=device)[None]
-    mask = causal_mask(start, q, dtype, device)
+    block = causal_mask(start, q, dtype, device)[..., -start:].contiguous()  # [1, 1, q, start]
+    hidden = torch.zeros(length, model.config.hidden_size, dtype=dtype, device=device)
     kv = kv_buffers(model, length, dtype, device, separate=True)
-    return (ids, positions, torch.tensor(start, device=device), mask, *kv)
+    return (ids, positions, block, torch.arange(start + q, device=device), hidden, *kv)
 
 
-def pass_mask(start: int, q: int, dtype: torch.dtype, device=None,
-              attention_mask: torch.Tensor | None = None) -> torch.Tensor:  # -> [1, 1, q, start + q]
-    """The mask of a pass over q rows after `start` cached ones: causal, or a tree pass's own mask, which must
-    be as wide (start + q positions: attention inside a package reads no further)."""
-    if attention_mask is None:
-        return causal_mask(start, q, dtype, device)
-    if tuple(attention_mask.shape) != (1, 1, q, start + q):
-        raise ValueError(f"a pass of {q} rows after {start} positions takes a mask [1, 1, {q}, {start + q}], "
+def mask_block(attention_mask: torch.Tensor, start: int, q: int,
+               dtype: torch.dtype) -> torch.Tensor:  # -> [1, 1, q, w]
+    """A pass's additive mask as a compiled target pass takes it (`KVStep`), q <= w <= start + q wide: its
+    last w columns, the ones before seen. A tree's mask among its rows (w = q: `CachedModel.logits` widens it
+    for eager passes) or a whole mask."""
+    if (attention_mask.dim() != 4 or tuple(attention_mask.shape[:3]) != (1, 1, q)
+            or not q <= attention_mask.shape[3] <= start + q):
+        raise ValueError(f"a pass of {q} rows after {start} positions takes a mask [1, 1, {q}, w], q <= w <= "
+                         f"{start + q} (the last w columns; the ones before are seen), "
                          f"got {tuple(attention_mask.shape)}")
     return attention_mask.to(dtype).contiguous()
 
@@ -169,10 +183,13 @@ AttentionMaskInterface.register(COMPILED_ATTENTION, sdpa_mask)  # masks come rea
 
 
 def fingerprint(model) -> str:
-    """What a package's frozen weights depend on: the model's config (a feature head's: its body's), its dtype
-    and a sample of every weight (first and last 64 values of each tensor, and its sum), hashed."""
+    """What a package's frozen weights depend on: the model's config (a feature head's: its body's) but for
+    where it was loaded from, its dtype and a sample of every weight (first and last 64 values of each tensor,
+    and its sum), hashed. A copy of the same weights in another folder finds the same packages."""
     config = model.config if hasattr(model, "config") else model.body.config
-    h = hashlib.sha256(config.to_json_string(use_diff=False).encode() + type(model).__name__.encode())
+    settings = {k: v for k, v in config.to_dict().items() if k != "_name_or_path"}
+    h = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()
+                       + type(model).__name__.encode())
     with torch.no_grad():
         for name, p in model.state_dict().items():
             flat = p.detach().reshape(-1)
@@ -232,7 +249,8 @@ def build(model, path: Path | None = None, *, options: dict | None = None, verbo
         raise ValueError(f"cannot compile this model's pass: {problem}")
     inputs = example_inputs(model)
     q, length, end = _dims()
-    shapes = ({1: q}, {1: q}, None, {2: q, 3: end}, tuple({2: length} for _ in range(len(inputs) - 4)))
+    w = torch.export.Dim("w", min=1, max=MAX_BLOCKS * BLOCK)
+    shapes = ({1: q}, {1: q}, {2: q, 3: w}, {0: end}, {0: length}, tuple({2: length} for _ in inputs[5:]))
     with attention_implementation(model, COMPILED_ATTENTION):  # while exported and compiled
         return _compile(KVStep(model).eval(), inputs, shapes, Path(path or package_path(model)), options,
                         "the target's pass" if verbose else "")
@@ -276,37 +294,6 @@ def _compile(step: nn.Module, inputs: tuple, shapes: tuple, path: Path, options:
         print(f"compiled {what}: exported in {exported_s:.0f} s, compiled in "
               f"{time.perf_counter() - start - exported_s:.0f} s -> {path}", file=sys.stderr)
     return path
-
-
-@contextmanager
-def small_register_blocks(max_accumulators: int = MAX_BLOCK_ACCUMULATORS):
-    """While compiling, give Inductor's AVX-512 micro-GEMM (`CppMicroGemmFP32Vec`) register blocks of at most
-    `max_accumulators` vectors: 4 rows x 48 columns instead of 8 x 48.
-
-    Its kernel keeps a block's rows x columns/16 accumulators in a lambda-unrolled array. On an AMD EPYC Zen 4
-    (AVX512-BF16, no AMX) a layer of 576 -> 1536 in bfloat16 cost 2-4 times as much for 5-8 rows as for 4
-    whenever a block held 15 or more (8 x 48: 24; 8 x 32 at 8 rows: 16; 4 x 64 at 4 rows: 16), and stayed
-    near the price of 4 rows with blocks of 12 or fewer; on the whole target t(8)/t(1) went from 3.74 to 1.43
-    (`scripts/compare_packages.py`, book/measurement_log.md). A block of 4 rows reads its weights once per 4
-    rows instead of once per 8, from cache. AVX2 blocks (4 x 24: 12 accumulators, untested) and the AMX
-    kernel are left as they are."""
-    micro = bf16_gemm.micro_gemms()
-    saved = micro.micro_gemm_configs.get(micro.CppMicroGemmFP32Vec)
-    def capped(config):  # the same block with as many rows as max_accumulators allows
-        m, n, k = config.register_blocking
-        cols = max(n // 16, 1)  # 16 floats per AVX-512 vector
-        if config.vec_isa_cls is not micro.VecAVX512 or m * cols <= max_accumulators:
-            return config
-        return dataclasses.replace(config, register_blocking=micro.GemmBlocking(
-            max(1, max_accumulators // cols), n, k))
-
-    if saved is not None:
-        micro.micro_gemm_configs[micro.CppMicroGemmFP32Vec] = [capped(c) for c in saved]
-    try:
-        yield
-    finally:
-        if saved is not None:
-            micro.micro_gemm_configs[micro.CppMicroGemmFP32Vec] = saved
 
 
 class FlatRunner:
@@ -404,11 +391,12 @@ def room_for(kv: list[torch.Tensor], used: int, end: int, make, what: str) -> li
 class CompiledCachedModel(CachedModel):
     """A CachedModel whose passes run through the compiled package, on KV buffers it owns.
 
-    The buffers hold a multiple of BLOCK positions (MIN_BLOCKS or more) and grow by copying when a pass would
-    run past them (once per 256 tokens). Rolling back moves the write position only: rows past it are never
-    read (a pass's mask, and so its attention, ends at the pass's last row) and are overwritten by the next
-    pass. Every pass gets an explicit mask: causal by default, or a tree pass's own. A pass of more than
-    MAX_QUERY rows (a long prompt) runs in pieces.
+    The buffers (KV, and the final hidden states: `hidden` reads them with keep_hidden) hold a multiple of
+    BLOCK positions (MIN_BLOCKS or more) and grow by copying when a pass would run past them (once per 256
+    tokens). Rolling back moves the write position only: rows past it are never read (a pass's mask, and so
+    its attention, ends at the pass's last row) and are overwritten by the next pass. Every pass gets an
+    explicit mask among its rows: causal by default (a kept triangle), or a tree pass's own. A pass of more
+    than MAX_QUERY rows (a long prompt) runs in pieces.
     """
 
     def __init__(self, model, runner, keep_hidden: bool | tuple[int, ...] = False, name: str = "model", *,
@@ -419,6 +407,8 @@ class CompiledCachedModel(CachedModel):
         super().__init__(model, keep_hidden, name)
         self.runner, self.pad_single = runner, pad_single
         self.kv, self.counter = self._buffers(MIN_BLOCKS * BLOCK), Counter(self.device)
+        self.states = self.kv[0].new_zeros(self.capacity, model.config.hidden_size)  # [L, d] hidden states
+        self._hidden = self.states if keep_hidden else None  # what `hidden` reads
         self._latest: tuple[torch.Tensor, torch.Tensor] | None = None  # the latest pass's (logits, argmax)
 
     def _buffers(self, length: int) -> list[torch.Tensor]:
@@ -429,7 +419,12 @@ class CompiledCachedModel(CachedModel):
         return self.kv[0].shape[2]
 
     def _make_room(self, end: int) -> None:
-        self.kv = room_for(self.kv, self.n_cached, end, self._buffers, "the compiled pass")
+        if end > self.capacity:
+            self.kv = room_for(self.kv, self.n_cached, end, self._buffers, "the compiled pass")
+            grown = self.states.new_zeros(self.capacity, self.states.shape[1])
+            grown[:self.n_cached] = self.states[:self.n_cached]
+            self.states = grown
+            self._hidden = self.states if self.keep_hidden else None
 
     def logits(self, context_ids: torch.Tensor, keep: int | None = None, *,
                position_ids: torch.Tensor | None = None,
@@ -449,13 +444,12 @@ class CompiledCachedModel(CachedModel):
             new, start, q = context_ids[start - 1:start + 1], start - 1, 2
         self._make_room(start + q)
         positions = self.counter.positions(start, q) if causal else position_ids[None]  # views: `Counter`
-        mask = pass_mask(start, q, self.dtype, self.device, None if causal else attention_mask)
-        write = self.counter.scalar(start)
-        logits, hidden, best, sums = self.runner(new[None], positions, write, mask, *self.kv)
-        if padded:  # the new token's row only
-            logits, hidden, best, sums = logits[1:], hidden[1:], best[1:], sums[1:]
-        if self.keep_hidden:
-            self._store_hidden(hidden)
+        block = _triangle(q, self.dtype, self.device) if causal else mask_block(attention_mask, start, q,
+                                                                                 self.dtype)
+        logits, best, sums = self.runner(new[None], positions, block,
+                                         self.counter.columns(start + q), self.states, *self.kv)
+        if padded:  # the new token's row only (the one before it was written again, as it was)
+            logits, best, sums = logits[1:], best[1:], sums[1:]
         self.n_cached = context_ids.shape[0]
         self.calls += 1
         if keep is not None:
@@ -481,7 +475,7 @@ class CompiledCachedModel(CachedModel):
     def rollback(self, n_tokens: int) -> None:
         self.n_cached = min(self.n_cached, n_tokens)
         if n_tokens == 0:
-            self._hidden, self._finite = None, None
+            self._finite = None
 
 
 @torch.inference_mode()

@@ -21,7 +21,7 @@ from transformers import StaticCache
 from ..cache import cache_kwargs
 from ..sampling import Ranked, ranked
 from .aot import (BLOCK, COMPILED_ATTENTION, MAX_QUERY, MIN_BLOCKS, _compile, _dims, causal_mask,
-                  load_package, package_path, pass_mask, room_for, switched_on)
+                  load_package, package_path, room_for, switched_on)
 from .kernels import attention_implementation
 from .kv import Counter, kv_buffers, kv_shape
 
@@ -88,6 +88,18 @@ class HeadStep(nn.Module):
         keep = self.head.head.keep_ids
         best = ranked(logits, keep, min(RANKED, keep.shape[0]))  # [q, RANKED] twice
         return features, logits, keep[logits.argmax(-1)], best.tokens, best.logp
+
+
+def pass_mask(start: int, q: int, dtype: torch.dtype, device=None,
+              attention_mask: torch.Tensor | None = None) -> torch.Tensor:  # -> [1, 1, q, start + q]
+    """The mask of a pass over q rows after `start` cached ones: causal, or a tree pass's own mask, which must
+    be as wide (start + q positions: attention inside a package reads no further)."""
+    if attention_mask is None:
+        return causal_mask(start, q, dtype, device)
+    if tuple(attention_mask.shape) != (1, 1, q, start + q):
+        raise ValueError(f"a pass of {q} rows after {start} positions takes a mask [1, 1, {q}, {start + q}], "
+                         f"got {tuple(attention_mask.shape)}")
+    return attention_mask.to(dtype).contiguous()
 
 
 def head_supported(head, *, for_build: bool = True) -> str | None:

@@ -13,10 +13,11 @@ when the weights are frozen into the package. `dot_products()` swaps this micro-
 while a package compiles, on CPUs and compilers that have the instruction; AMX kernels, where they exist,
 still rank first. Measured on the whole target on that Zen 4 (`scripts/compare_packages.py`, the README): 5-6
 rows cost about what 2-4 do, 8 rows 1.35 times a 2-row pass instead of 1.6, and up to 4 rows no more than
-before.
+before. `small_register_blocks()` caps the register blocks of Inductor's own AVX-512 micro-GEMM the same way.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from contextlib import contextmanager
@@ -174,3 +175,37 @@ def dot_products(enabled: bool | None = None, block: tuple[int, int, int] = BLOC
     finally:
         micro.micro_gemm_configs.clear()
         micro.micro_gemm_configs.update(saved)
+
+
+MAX_BLOCK_ACCUMULATORS = 12  # vector accumulators per register block of the AVX-512 micro-GEMM
+
+
+@contextmanager
+def small_register_blocks(max_accumulators: int = MAX_BLOCK_ACCUMULATORS):
+    """While compiling, give Inductor's AVX-512 micro-GEMM (`CppMicroGemmFP32Vec`) register blocks of at most
+    `max_accumulators` vectors: 4 rows x 48 columns instead of 8 x 48.
+
+    Its kernel keeps a block's rows x columns/16 accumulators in a lambda-unrolled array. On an AMD EPYC Zen 4
+    (AVX512-BF16, no AMX) a layer of 576 -> 1536 in bfloat16 cost 2-4 times as much for 5-8 rows as for 4
+    whenever a block held 15 or more (8 x 48: 24; 8 x 32 at 8 rows: 16; 4 x 64 at 4 rows: 16), and stayed
+    near the price of 4 rows with blocks of 12 or fewer; on the whole target t(8)/t(1) went from 3.74 to 1.43
+    (`scripts/compare_packages.py`, book/measurement_log.md). A block of 4 rows reads its weights once per 4
+    rows instead of once per 8, from cache. AVX2 blocks (4 x 24: 12 accumulators, untested) and the AMX
+    kernel are left as they are."""
+    micro = micro_gemms()
+    saved = micro.micro_gemm_configs.get(micro.CppMicroGemmFP32Vec)
+    def capped(config):  # the same block with as many rows as max_accumulators allows
+        m, n, k = config.register_blocking
+        cols = max(n // 16, 1)  # 16 floats per AVX-512 vector
+        if config.vec_isa_cls is not micro.VecAVX512 or m * cols <= max_accumulators:
+            return config
+        return dataclasses.replace(config, register_blocking=micro.GemmBlocking(
+            max(1, max_accumulators // cols), n, k))
+
+    if saved is not None:
+        micro.micro_gemm_configs[micro.CppMicroGemmFP32Vec] = [capped(c) for c in saved]
+    try:
+        yield
+    finally:
+        if saved is not None:
+            micro.micro_gemm_configs[micro.CppMicroGemmFP32Vec] = saved
