@@ -3,6 +3,7 @@ scripts/compare_packages.py.
 
     PYTHONPATH=<checkout> python scripts/build_package.py OUT.pt2 --kernel dot --block 8x48
     PYTHONPATH=<checkout> python scripts/build_package.py OUT.pt2 --kernel dot --prefetch 128
+    PYTHONPATH=<checkout> python scripts/build_package.py OUT.pt2 --kernel dot --prefetch 64 --hint NTA
     PYTHONPATH=<checkout> python scripts/build_package.py OUT.pt2 --kernel fp32vec --block 12x16
     PYTHONPATH=<checkout> python scripts/build_package.py OUT.pt2 --kernel onednn
     PYTHONPATH=<checkout> python scripts/build_package.py OUT.pt2 --inductor cpp.enable_concat_linear=True
@@ -32,6 +33,7 @@ p.add_argument("out", type=Path)
 p.add_argument("--kernel", choices=("dot", "fp32vec", "onednn"), default="dot")
 p.add_argument("--block", default="8x48", help="register block, rows x columns (a multiple of 16)")
 p.add_argument("--prefetch", type=int, default=bf16_gemm.PREFETCH, help="--kernel dot: k ahead, 0 for none")
+p.add_argument("--hint", default=bf16_gemm.HINT, help="--kernel dot: the prefetch's _MM_HINT_ (T0, NTA, ...)")
 p.add_argument("--threads", type=int, default=2)
 p.add_argument("--inductor", action="append", default=[], metavar="NAME=VALUE",
                help="one more Inductor setting while compiling, e.g. cpp.enable_concat_linear=True")
@@ -58,7 +60,7 @@ def fp32vec_blocks(*_, **__):
 options = None  # aot.build's default: frozen weights, GEMMs autotuned between the C++ template and oneDNN
 if args.kernel == "dot":  # aot._compile calls bf16_gemm.dot_products(): this block, on whatever `wanted` says
     bf16_gemm.dot_products = functools.partial(bf16_gemm.dot_products, enabled=True, block=(rows, cols, 2),
-                                               prefetch=args.prefetch)
+                                               prefetch=args.prefetch, hint=args.hint)
 elif args.kernel == "fp32vec":
     bf16_gemm.wanted = lambda: False
     aot.small_register_blocks = fp32vec_blocks

@@ -61,8 +61,9 @@ print(f"plain decoding, 1-row passes: {n / seconds[False]:.1f} tokens/s; 2-row p
 if args.one_row_package:
     path = aot.package_path(target).with_name("one_row.pt2")
     inputs = aot.example_inputs(target, q=1)
-    _, length = aot._dims()
-    shapes = ({}, {}, None, {3: length}, tuple({2: length} for _ in range(len(inputs) - 4)))
+    _, length, end = aot._dims()  # one row: the block's width and the columns' length still vary
+    w = torch.export.Dim("w", min=1, max=aot.MAX_BLOCKS * aot.BLOCK)
+    shapes = ({}, {}, {3: w}, {0: end}, {0: length}, tuple({2: length} for _ in inputs[5:]))
     aot._compile(aot.KVStep(target).eval(), inputs, shapes, path, None, "a pass of exactly 1 row")
     lms = {"dynamic, 1 row": aot.CompiledCachedModel(target, compiled.runner),
            "dynamic, 2 rows": aot.CompiledCachedModel(target, compiled.runner, pad_single=True),

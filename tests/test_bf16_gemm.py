@@ -33,17 +33,22 @@ def test_dot_products_swaps_only_the_bfloat16_avx512_micro_gemm_in_and_restores_
 def test_the_kernel_asks_for_its_weights_ahead_only_when_given_a_distance():
     from torch._inductor.codegen.common import KernelTemplate
 
-    def rendered(prefetch: int) -> str:
-        cls = bf16_gemm.micro_gemm_class(prefetch)
+    def rendered(prefetch: int, hint: str = bf16_gemm.HINT) -> str:
+        cls = bf16_gemm.micro_gemm_class(prefetch, hint)
         names = dict(kernel_name="k", input_t="bf16", input2_t="bf16", output_t="float", restrict_keyword="")
-        return KernelTemplate._template_from_string(cls.KERNEL).render(dict(names, prefetch=prefetch))
+        options = dict(names, prefetch=prefetch, hint=hint)
+        return KernelTemplate._template_from_string(cls.KERNEL).render(options)
 
-    assert bf16_gemm.micro_gemm_class() is bf16_gemm.micro_gemm_class(0)  # one class per distance
-    off, on = rendered(bf16_gemm.PREFETCH), rendered(64)
+    assert bf16_gemm.micro_gemm_class() is bf16_gemm.micro_gemm_class(0)  # one class per distance and hint
+    assert bf16_gemm.micro_gemm_class(64, "NTA") is not bf16_gemm.micro_gemm_class(64, "T0")
+    off, on, nta = rendered(bf16_gemm.PREFETCH), rendered(64), rendered(64, "NTA")
     assert bf16_gemm.PREFETCH == 0 and "_mm_prefetch" not in off  # the default kernel fetches nothing ahead
     assert "_mm_prefetch((const char*)(B + (k + 64) * ldb + col * 32), _MM_HINT_T0);" in on
+    assert "_mm_prefetch((const char*)(B + (k + 64) * ldb + col * 32), _MM_HINT_NTA);" in nta
     # the load right after it, in the same place as without: only the one line differs
     assert [line for line in on.splitlines() if "_mm_prefetch" not in line] == off.splitlines()
+    with pytest.raises(ValueError, match="hint is one of T0, T1, T2, NTA"):
+        bf16_gemm.micro_gemm_class(64, "L3")
 
 
 def test_the_opt_out_and_a_cpu_without_the_instruction_turn_it_off(monkeypatch):

@@ -26,6 +26,7 @@ import torch
 
 BLOCK = (8, 48, 2)  # register block: rows, columns (3 vectors of 16 sums: 24 accumulators), k pairs
 PREFETCH = 0  # k ahead at which each line of weights is asked for (0: by the hardware alone)
+HINT = "T0"  # where those lines go: _MM_HINT_T0 (every cache level), NTA (non-temporal: least pollution)
 
 
 def wanted() -> bool:
@@ -47,15 +48,18 @@ def micro_gemms():
     return cpp_micro_gemm
 
 
-def micro_gemm_class(prefetch: int = 0):
-    """`CppMicroGemmBF16Dot`, made once per prefetch distance, on first use. prefetch: how many values of k
-    ahead (each step of 2 in k is 192 bytes further into a 48-column block) the kernel asks for each line of
-    weights with `_mm_prefetch`, before it loads the current one; 0 leaves fetching ahead to the hardware."""
-    return _micro_gemm_class(int(prefetch))
+def micro_gemm_class(prefetch: int = 0, hint: str = HINT):
+    """`CppMicroGemmBF16Dot`, made once per prefetch distance and hint, on first use. prefetch: how many
+    values of k ahead (each step of 2 in k is 192 bytes further into a 48-column block) the kernel asks for
+    each line of weights with `_mm_prefetch(..., _MM_HINT_<hint>)`, before it loads the current one; 0 leaves
+    fetching ahead to the hardware."""
+    if hint not in ("T0", "T1", "T2", "NTA"):
+        raise ValueError(f"hint is one of T0, T1, T2, NTA (_MM_HINT_*), got {hint!r}")
+    return _micro_gemm_class(int(prefetch), hint)
 
 
 @functools.cache
-def _micro_gemm_class(prefetch: int):
+def _micro_gemm_class(prefetch: int, hint: str):
     micro = micro_gemms()
     from torch._inductor.codegen.common import KernelTemplate
 
@@ -110,7 +114,7 @@ inline void {{kernel_name}}_kernel(
         }
         if constexpr (row == 0) {
 {%- if prefetch %}
-            _mm_prefetch((const char*)(B + (k + {{prefetch}}) * ldb + col * 32), _MM_HINT_T0);
+            _mm_prefetch((const char*)(B + (k + {{prefetch}}) * ldb + col * 32), _MM_HINT_{{hint}});
 {%- endif %}
             vb[col] = _mm512_loadu_si512((const __m512i*)(B + k * ldb + col * 32));
         }
@@ -138,7 +142,7 @@ inline void {{kernel_name}}_kernel(
                 raise NotImplementedError("CppMicroGemmBF16Dot needs frozen weights (freezing=True)")
             block_m, block_n, _ = self.register_blocking
             options = dict(self.get_common_options(), declare_kernel=self.get_kernel_declaration(),
-                           kernel=kernel, block_m=block_m, block_n=block_n, prefetch=prefetch)
+                           kernel=kernel, block_m=block_m, block_n=block_n, prefetch=prefetch, hint=hint)
             return "".join(KernelTemplate._template_from_string(t).render(options)
                            for t in (self.KERNEL, self.ENTRY))
 
@@ -154,7 +158,7 @@ def _pairs_of_k(config, m, n, k, alpha, num_threads, **kwargs) -> bool:
 
 @contextmanager
 def dot_products(enabled: bool | None = None, block: tuple[int, int, int] = BLOCK, cls=None,
-                 prefetch: int = PREFETCH):
+                 prefetch: int = PREFETCH, hint: str = HINT):
     """While compiling, Inductor's bfloat16 GEMMs on AVX-512 use `CppMicroGemmBF16Dot` (register blocks of
     `block`, weights fetched `prefetch` ahead) instead of `CppMicroGemmFP32Vec`; every other micro-GEMM
     (float32, AVX2, AMX) stays. Does nothing unless enabled (default: `wanted()`). cls: a micro-GEMM class in
@@ -162,7 +166,7 @@ def dot_products(enabled: bool | None = None, block: tuple[int, int, int] = BLOC
     if not (wanted() if enabled is None else enabled):
         yield
         return
-    cls, micro = cls or micro_gemm_class(prefetch), micro_gemms()
+    cls, micro = cls or micro_gemm_class(prefetch, hint), micro_gemms()
     from torch._inductor.cpu_vec_isa import VecAVX512
     saved = dict(micro.micro_gemm_configs)
     micro.micro_gemm_configs[micro.CppMicroGemmFP32Vec] = [
