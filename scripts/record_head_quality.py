@@ -1,6 +1,6 @@
 """Record the shipped feature head's quality beside its weights: the input of the default-method choice.
 
-    python scripts/record_head_quality.py [--prompts 12] [--tokens 64] [--samples 3]
+    python scripts/record_head_quality.py [--prompts 12] [--tokens 160] [--samples 3]
         [--out specdec_ref/models/weights/feature_draft]
 
 Writes quality.json: the factor s on the head's logits when it samples (`draft_sharpness`: the s of
@@ -34,7 +34,9 @@ from specdec_ref.models.method import CANDIDATES, method_kwargs, method_name  # 
 
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--prompts", type=int, default=12)
-p.add_argument("--tokens", type=int, default=64)
+p.add_argument("--tokens", type=int, default=160,
+               help="answer length: a chain's τ grows with it more than a tree's (τ over 64 tokens chose trees "
+                    "that lost to the chain over 160; the measurement log's twenty-second session)")
 p.add_argument("--threads", type=int, default=1)
 p.add_argument("--samples", type=int, default=3,
                help="runs of every prompt at T = 1 (one generator throughout): τ there is a random quantity")

@@ -627,6 +627,45 @@ def test_compiles_give_the_avx512_micro_gemm_register_blocks_of_at_most_twelve_a
     assert avx512 and max(accumulators(c) for c in avx512) > 12, "torch's own blocks: the cap had work to do"
 
 
+def test_a_package_name_does_not_depend_on_the_folder_the_weights_came_from():
+    model = tiny()
+    key = aot.package_key(model)
+    model.config._name_or_path = "/another/copy/of/the/same/weights"
+    assert aot.package_key(model) == key
+    model.config.rms_norm_eps = 1e-3  # a setting the pass depends on: another package
+    assert aot.package_key(model) != key
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("fmt", [5, 6])
+def test_an_older_package_is_called_as_todays_and_gives_what_it_gave(built, fmt):
+    """`aot_use.older_runner` for the scripts that time an older package beside today's: a stand-in for a
+    package of format 6 (the write position and the whole mask in, the hidden states out) or 5 (masks as wide
+    as the buffers), made from today's package, gives the same logits and hidden states through it."""
+    model, path = built
+    runner = aot.load_package(path)
+
+    def old(ids, positions, write, mask, *kv):  # what a format-6 (or 5) package took and returned
+        q, end = ids.shape[1], int(write) + ids.shape[1]
+        if fmt <= 5:  # as wide as the buffers, "never" past the positions in use
+            assert mask.shape[-1] == kv[0].shape[2] and bool((mask[..., end:] < -1e30).all())
+            mask = mask[..., :end].contiguous()
+        states = torch.zeros(kv[0].shape[2], model.config.hidden_size)
+        logits, best, sums = runner(ids, positions, mask, torch.arange(end), states, *kv)
+        return logits, states[end - q:end].clone(), best, sums
+
+    ids = torch.randint(0, 40, (80,), generator=torch.Generator().manual_seed(4))
+    today = aot.CompiledCachedModel(model, runner, True)
+    older = aot.CompiledCachedModel(model, aot_use.older_runner(old, fmt), True)
+    for end, keep in ((60, 1), (63, 3), (64, 1)):
+        assert torch.equal(today.logits(ids[:end], keep=keep), older.logits(ids[:end], keep=keep))
+        assert torch.equal(today.hidden, older.hidden)
+    if fmt == 5:  # power: called as a format-6 package, with masks only as wide as the positions, it refuses
+        wrong = aot.CompiledCachedModel(model, aot_use.older_runner(old, 6), True)
+        with pytest.raises(AssertionError):
+            wrong.logits(ids[:60], keep=1)
+
+
 @torch.inference_mode()
 def test_the_flat_runner_returns_what_the_packages_own_call_returns(built):
     model, path = built
