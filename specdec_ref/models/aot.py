@@ -408,7 +408,6 @@ class CompiledCachedModel(CachedModel):
         self.runner, self.pad_single = runner, pad_single
         self.kv, self.counter = self._buffers(MIN_BLOCKS * BLOCK), Counter(self.device)
         self.states = self.kv[0].new_zeros(self.capacity, model.config.hidden_size)  # [L, d] hidden states
-        self._hidden = self.states if keep_hidden else None  # what `hidden` reads
         self._latest: tuple[torch.Tensor, torch.Tensor] | None = None  # the latest pass's (logits, argmax)
 
     def _buffers(self, length: int) -> list[torch.Tensor]:
@@ -424,7 +423,10 @@ class CompiledCachedModel(CachedModel):
             grown = self.states.new_zeros(self.capacity, self.states.shape[1])
             grown[:self.n_cached] = self.states[:self.n_cached]
             self.states = grown
-            self._hidden = self.states if self.keep_hidden else None
+
+    @property
+    def hidden(self) -> torch.Tensor | None:  # -> [n_cached, d]: the rows the package wrote (keep_hidden)
+        return self.states[:self.n_cached] if self.keep_hidden else None
 
     def logits(self, context_ids: torch.Tensor, keep: int | None = None, *,
                position_ids: torch.Tensor | None = None,
@@ -468,8 +470,8 @@ class CompiledCachedModel(CachedModel):
         if rows != list(range(n_prefix, n)):
             src = torch.tensor(rows, dtype=torch.long, device=self.device)
             move_rows(self.kv, src, slice(n_prefix, n))  # [1, heads, L, d] each: rows src -> n_prefix..
-            if self._hidden is not None:
-                self._hidden[n_prefix:n] = self._hidden[src]
+            if self.keep_hidden:
+                self.states[n_prefix:n] = self.states[src]
         self.rollback(n)
 
     def rollback(self, n_tokens: int) -> None:
