@@ -21,8 +21,8 @@ from .models import (PAIRS, HubPair, encode_chat, load_hf_pair, load_offline_pai
                      load_pair)
 from .sampling import SamplingConfig, logits_to_probs, sample
 from .models.kernels import kernel_path, prepack_for_cpu
-from .tree import Tree, TreeBudget, verify_tree
-from .verify import accepted_mass, residual, verify, verify_block
+from .tree import Tree, TreeBudget
+from .verify import accepted_mass, residual, verify, verify_block, verify_tree
 
 __all__ = [
     "SamplingConfig", "logits_to_probs", "sample", "verify", "verify_block", "residual", "accepted_mass",

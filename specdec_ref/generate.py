@@ -16,9 +16,8 @@ from .cache import CachedModel, cached_model, vocab_size
 from .device import seconds_since, start_timer
 from .drafters import TREE_MEMBERS, Drafter, ModelDrafter, TreeDrafter, as_drafter, missing_members
 from .sampling import SamplingConfig, argmax, logits_to_probs, point_masses, sample
-from .tree import (Tree, TreeBudget, as_tree, tree_attention_mask, tree_position_ids, verify_tree,
-                   verify_tree_greedy)
-from .verify import verify, verify_block, verify_greedy
+from .tree import Tree, TreeBudget, as_tree, tree_attention_mask, tree_position_ids
+from .verify import verify, verify_block, verify_greedy, verify_tree, verify_tree_greedy
 
 # the rules a compiled draw and chain verdict compute (`CachedModel.packaged_sampling`); where a chapter or
 # `lab.broken` swaps either of them in this module, the loop runs what was swapped in instead

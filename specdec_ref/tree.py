@@ -1,4 +1,5 @@
-"""Trees of guesses: their shapes and attention masks, how a draft fills them, the rule that verifies them.
+"""Trees of guesses: their shapes and attention masks, how a draft fills them (the rule that verifies them,
+`verify_tree`, is verify.py's, and read here too).
 
 A chain drafts one guess per position; when the first guess is wrong, everything after it is lost.
 A tree drafts several candidates per position (siblings), each with its own continuation, and the
@@ -38,8 +39,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from .sampling import Ranked, SamplingConfig, logits_to_probs, ranked, sample
-from .verify import residual
+from .sampling import Ranked, SamplingConfig, logits_to_probs, ranked
+from .verify import verify_tree, verify_tree_greedy  # noqa: F401  (the walk that verifies a tree: tr.verify_tree)
 
 
 @dataclass(frozen=True)
@@ -200,31 +201,43 @@ def tree_attention_mask(tree: Tree, context_len: int, start: int, stop: int, dty
 
     A context token sees the context before it (causal); a node sees the whole context and its ancestors.
     among_rows: the last stop - start columns (kept per tree), as `CachedModel.logits` takes them too."""
+    block = _tree_block(tree, fed_rows(tree, context_len, start, stop), dtype, torch.device(device or "cpu"))
+    return block if among_rows else F.pad(block, (start, 0))  # every row sees the cached context (0s)
+
+
+def tree_position_ids(tree: Tree, context_len: int, start: int, stop: int,
+                      device=None) -> torch.Tensor:  # -> [stop - start]
+    """Position of each flattened row: its index in the context, or context_len - 1 + depth for a node."""
+    n_ctx = fed_rows(tree, context_len, start, stop)
+    return _tree_positions(tree, n_ctx, torch.device(device or "cpu")) + start
+
+
+def fed_rows(tree: Tree, context_len: int, start: int, stop: int) -> int:
+    """The context rows a tree pass feeds before its nodes (context_len - start), the rows checked."""
     if not 0 <= start <= context_len or stop != context_len + tree.size:
         raise ValueError(f"a tree pass scores the context from `start` (0 <= start <= {context_len}) and "
                          f"then all {tree.size} nodes (stop = {context_len + tree.size}), "
                          f"got {start}..{stop}")
-    block = _tree_block(tree, context_len - start, dtype, torch.device(device or "cpu"))  # [1, 1, q, q]
-    return block if among_rows else F.pad(block, (start, 0))  # every row sees the cached context (0s)
+    return context_len - start
 
 
-@lru_cache(maxsize=64)
+# kept per tree and rows fed (a tree 3 deep and 3 wide comes in a few hundred shapes): decided in Python, sent
+# in one copy, once
+@lru_cache(maxsize=4096)
 def _tree_block(tree: Tree, n_ctx: int, dtype: torch.dtype,
                 device: torch.device) -> torch.Tensor:  # -> [1, 1, n_ctx + n_nodes, n_ctx + n_nodes]
     """The mask among a tree pass's rows: n_ctx context rows (the root last), causal; nodes see all of them,
-    and themselves and their ancestors. Kept per tree; decided in Python, sent in one copy."""
+    and themselves and their ancestors."""
     never, seen = torch.finfo(dtype).min, tree._seen  # seen[i]: node i and its ancestors
     rows = [[0.0] * (r + 1) + [never] * (n_ctx + tree.size - r - 1) for r in range(n_ctx)]  # causal
     rows += [[0.0] * n_ctx + [0.0 if j in s else never for j in range(1, tree.size + 1)] for s in seen[1:]]
     return torch.tensor(rows, dtype=dtype, device=device)[None, None]
 
 
-def tree_position_ids(tree: Tree, context_len: int, start: int, stop: int,
-                      device=None) -> torch.Tensor:  # -> [stop - start]
-    """Position of each flattened row: its index in the context, or context_len - 1 + depth for a node."""
-    depth = tree.depths()  # n_nodes+1 ints: a few rows decided in Python, sent to the device in one copy
-    return torch.tensor([i if i < context_len else context_len - 1 + depth[i - context_len + 1]
-                         for i in range(start, stop)], device=device)
+@lru_cache(maxsize=4096)
+def _tree_positions(tree: Tree, n_ctx: int, device: torch.device) -> torch.Tensor:  # -> [n_ctx + n_nodes]
+    """tree_position_ids less `start`: the n_ctx context rows 0.., then n_ctx - 1 + depth for a node."""
+    return torch.tensor(list(range(n_ctx)) + [n_ctx - 1 + d for d in tree.depths()[1:]], device=device)
 
 
 def tree_rows_mask(g: GrowingTree, fed: list[int], new: list[int], n_prefix: int, dtype: torch.dtype,
@@ -404,7 +417,11 @@ def best_nodes(g: GrowingTree, n_nodes: int) -> tuple[Tree, list[int]]:
                   key=lambda v: (-g.score[v], g.depth[v]))[:n_nodes]
     keep = [0] + sorted(best, key=lambda v: (g.depth[v], v))  # breadth first, as Tree wants
     new_id = {v: i for i, v in enumerate(keep)}
-    return Tree(tuple(-1 if v == 0 else new_id[g.parents[v]] for v in keep)), keep
+    return known_tree(tuple(-1 if v == 0 else new_id[g.parents[v]] for v in keep)), keep
+
+
+# one Tree per shape: dynamic trees repeat their shapes, and each works out its children and ancestry once
+known_tree = lru_cache(maxsize=4096)(Tree)
 
 
 def sibling_scores(q: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:  # [n, K], [n, w] -> [n, w]
@@ -427,74 +444,3 @@ def draft_rows(keep: list[int], rows: dict[int, tuple[torch.Tensor, torch.Tensor
             else:
                 out[i].index_copy_(0, ids, row)
     return out
-
-
-# ----------------------------------------------------------------------------------------------
-# Verifying a tree: one walk, q chosen per child
-# ----------------------------------------------------------------------------------------------
-
-def verify_tree(tree: Tree, node_tokens: torch.Tensor, target_probs: torch.Tensor,
-                draft_probs: torch.Tensor | None = None, generator: torch.Generator | None = None,
-                replacement: bool = True,
-                ) -> tuple[list[int], torch.Tensor]:  # [n_nodes+1], [n_nodes+1, V] x2 -> (path, [1])
-    """Walk down from the root, keeping an exact path; then emit one more token. Returns (path node ids, [1]).
-
-    At a node, with p = target_probs[node], try the children in order. Child x has proposal q:
-    draft_probs[node] for i.i.d. sampled children (SpecInfer, Miao et al. 2024, Alg. 2), or one_hot(x) when
-    draft_probs is None (children chosen deterministically, distinct). Accept x with probability
-    min(1, p(x)/q(x)); on rejection set p = residual(p, q) = normalise(max(p - q, 0)) and try the next
-    sibling. If every child is rejected, emit a sample of the current p (at a leaf, p is still
-    target_probs[leaf]: the bonus token). replacement=False: the children were drawn from draft_probs[node]
-    without replacement (a dynamic tree at T > 0, `grow_tree`), so the next sibling's proposal is q with the
-    rejected x removed and renormalised, and that q is the one the next residual is taken against (Jeon et
-    al. 2024, recursive rejection sampling).
-
-    Exact, because each try emits min(p, q) and passes on the rest, which by induction is distributed as
-    residual(p, q): the sum is p. This holds for any q the next sibling is truly drawn from given the
-    siblings before it: the same q for i.i.d. children, q without the tried tokens for distinct ones. With
-    point masses, child i is emitted with probability p(x_i), and any other token x with probability
-    (1 - sum_i p(x_i)) * p(x) / (1 - sum_i p(x_i)) = p(x).
-    Greedy is this walk on one-hot rows: x is accepted exactly when it is the target's argmax, and a
-    rejection leaves the one-hot row as it was. The loop's greedy path walks on the argmax tokens instead
-    (`verify_tree_greedy`), which skips building the rows at all; the tests check that both walks agree.
-    """
-    path, node = [], 0
-    while True:
-        p = target_probs[node]  # [V]
-        q = None if draft_probs is None else draft_probs[node]  # [V]
-        for child in tree.children(node):
-            x = node_tokens[child]
-            p_x, q_x = float(p[x]), 1.0 if q is None else float(q[x])
-            u = float(torch.rand((), generator=generator, device=p.device, dtype=p.dtype))
-            # accept x with probability min(1, p_target(x) / p_draft(x)), p_target the current residual
-            if u * q_x < p_x:
-                break
-            # rejected: the next sibling is judged against what is left of the target
-            if q is not None:
-                p = residual(p, q)
-                if not replacement:  # the next sibling was drawn from q without x
-                    q = q.index_fill(0, x[None], 0.0)
-                    q = q / q.sum().clamp(min=torch.finfo(q.dtype).tiny)
-            elif p_x > 0:  # removing a point mass on a token p gives 0 would leave p as it is
-                p = residual(p, torch.zeros_like(p).index_fill_(0, x[None], 1.0))
-        else:
-            return path, sample(p, generator)
-        node = child
-        path.append(node)
-
-
-def verify_tree_greedy(tree: Tree, node_tokens: torch.Tensor,  # [n+1] x2 -> (path, [1])
-                       target_tokens: torch.Tensor) -> tuple[list[int], torch.Tensor]:
-    """`verify_tree` at temperature 0, from the target's argmax token at every node (`logits.argmax(-1)`).
-
-    On one-hot rows the walk above accepts a child exactly when its token is the argmax at its parent, and
-    a rejected child leaves the row as it was (whatever the draft's rows are). So the path follows the
-    children that match the argmax, and the next token is the argmax where it stops: the same path and
-    token, from one copy of n_nodes + 1 integers instead of vocabulary-wide rows.
-    """
-    tokens, best = node_tokens.tolist(), target_tokens.tolist()
-    path, node = [], 0
-    while (child := next((c for c in tree.children(node) if tokens[c] == best[node]), None)) is not None:
-        node = child
-        path.append(node)
-    return path, target_tokens[node:node + 1]

@@ -14,7 +14,7 @@ where residual = normalise(max(p_target - p_draft, 0)). `accepted_mass` and
 
 `verify` judges a chain token by token, as Leviathan et al. (2023) and Chen et al. (2023) do. `verify_block`
 judges the whole chain at once (Sun et al. 2025, block verification): the same output law, and never fewer
-tokens kept on average.
+tokens kept on average. `verify_tree` walks a tree of guesses (tree.py), the same rule tried child by child.
 """
 from __future__ import annotations
 
@@ -148,3 +148,75 @@ def verify_greedy(draft_tokens: torch.Tensor,
     drafted, best = draft_tokens.tolist(), target_tokens.tolist()
     n = next((i for i, (x, y) in enumerate(zip(drafted, best)) if x != y), len(drafted))  # the first miss
     return n, target_tokens[n:n + 1]
+
+
+# ----------------------------------------------------------------------------------------------
+# Verifying a tree: one walk, q chosen per child. `tree` is a `tree.Tree`; the walk asks only for each
+# node's children (`tree.children(node)`, breadth first), so this floor needs nothing from the one above it.
+# ----------------------------------------------------------------------------------------------
+
+def verify_tree(tree, node_tokens: torch.Tensor, target_probs: torch.Tensor,
+                draft_probs: torch.Tensor | None = None, generator: torch.Generator | None = None,
+                replacement: bool = True,
+                ) -> tuple[list[int], torch.Tensor]:  # [n_nodes+1], [n_nodes+1, V] x2 -> (path, [1])
+    """Walk down from the root, keeping an exact path; then emit one more token. Returns (path node ids, [1]).
+
+    At a node, with p = target_probs[node], try the children in order. Child x has proposal q:
+    draft_probs[node] for i.i.d. sampled children (SpecInfer, Miao et al. 2024, Alg. 2), or one_hot(x) when
+    draft_probs is None (children chosen deterministically, distinct). Accept x with probability
+    min(1, p(x)/q(x)); on rejection set p = residual(p, q) = normalise(max(p - q, 0)) and try the next
+    sibling. If every child is rejected, emit a sample of the current p (at a leaf, p is still
+    target_probs[leaf]: the bonus token). replacement=False: the children were drawn from draft_probs[node]
+    without replacement (a dynamic tree at T > 0, `grow_tree`), so the next sibling's proposal is q with the
+    rejected x removed and renormalised, and that q is the one the next residual is taken against (Jeon et
+    al. 2024, recursive rejection sampling).
+
+    Exact, because each try emits min(p, q) and passes on the rest, which by induction is distributed as
+    residual(p, q): the sum is p. This holds for any q the next sibling is truly drawn from given the
+    siblings before it: the same q for i.i.d. children, q without the tried tokens for distinct ones. With
+    point masses, child i is emitted with probability p(x_i), and any other token x with probability
+    (1 - sum_i p(x_i)) * p(x) / (1 - sum_i p(x_i)) = p(x).
+    Greedy is this walk on one-hot rows: x is accepted exactly when it is the target's argmax, and a
+    rejection leaves the one-hot row as it was. The loop's greedy path walks on the argmax tokens instead
+    (`verify_tree_greedy`), which skips building the rows at all; the tests check that both walks agree.
+    """
+    path, node = [], 0
+    while True:
+        p = target_probs[node]  # [V]
+        q = None if draft_probs is None else draft_probs[node]  # [V]
+        for child in tree.children(node):
+            x = node_tokens[child]
+            p_x, q_x = float(p[x]), 1.0 if q is None else float(q[x])
+            u = float(torch.rand((), generator=generator, device=p.device, dtype=p.dtype))
+            # accept x with probability min(1, p_target(x) / p_draft(x)), p_target the current residual
+            if u * q_x < p_x:
+                break
+            # rejected: the next sibling is judged against what is left of the target
+            if q is not None:
+                p = residual(p, q)
+                if not replacement:  # the next sibling was drawn from q without x
+                    q = q.index_fill(0, x[None], 0.0)
+                    q = q / q.sum().clamp(min=torch.finfo(q.dtype).tiny)
+            elif p_x > 0:  # removing a point mass on a token p gives 0 would leave p as it is
+                p = residual(p, torch.zeros_like(p).index_fill_(0, x[None], 1.0))
+        else:
+            return path, sample(p, generator)
+        node = child
+        path.append(node)
+
+
+def verify_tree_greedy(tree, node_tokens: torch.Tensor,  # [n+1] x2 -> (path, [1])
+                       target_tokens: torch.Tensor) -> tuple[list[int], torch.Tensor]:
+    """`verify_tree` at temperature 0, from the target's argmax token at every node (`logits.argmax(-1)`).
+
+    On one-hot rows the walk above accepts a child exactly when its token is the argmax at its parent, and
+    a rejected child leaves the row as it was (whatever the draft's rows are). So the path follows the
+    children that match the argmax, and the next token is the argmax where it stops: the same path and
+    token, from one copy of n_nodes + 1 integers instead of vocabulary-wide rows.
+    """
+    tokens, best = node_tokens.tolist(), target_tokens.tolist()
+    path, node = [], 0
+    while (child := next((c for c in tree.children(node) if tokens[c] == best[node]), None)) is not None:
+        node = child
+        path.append(node)
+    return path, target_tokens[node:node + 1]

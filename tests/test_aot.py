@@ -237,6 +237,40 @@ def test_a_tree_mask_among_the_passs_rows_or_any_wider_gives_what_the_whole_mask
     assert torch.allclose(results[0], results[4], atol=1e-4)
 
 
+@torch.inference_mode()
+def test_keep_rows_moves_only_the_rows_not_in_place_and_matches_the_eager_cache(attached):
+    """After a tree pass the compiled cache keeps the path's rows: those already in place stay, the rest
+    move (keys, values and hidden states); the next pass then scores as the eager cache's does. Power: a
+    cache that only rolled back, moving nothing, scores otherwise."""
+    tree = sd.Tree((-1, 0, 0, 1, 2))  # root, two children, a grandchild under each
+    ids = torch.randint(0, 40, (60,), generator=torch.Generator().manual_seed(5))
+    T, N = 50, tree.size
+    flat, after = ids[:T + N], ids[57:59]  # two rows after the path: no pass recomputes a kept row
+    positions = sd.tree.tree_position_ids(tree, T, T, T + N)
+    mask = sd.tree.tree_attention_mask(tree, T, T, T + N, torch.float32)
+
+    def kept(lm, path, move=True):  # the tree pass, the path kept, then the token after it
+        lm.rollback(T)
+        if lm.n_cached < T:
+            lm.logits(ids[:T])
+        lm.logits(flat, keep=N + 1, position_ids=positions, attention_mask=mask)
+        if move:
+            lm.keep_rows(T, [T - 1 + i for i in path])
+        else:
+            lm.rollback(T + len(path))
+        nxt = torch.cat([ids[:T], flat[[T - 1 + i for i in path]], after])
+        return lm.logits(nxt, keep=2), lm.hidden.clone()
+
+    compiled = cached_model(attached, keep_hidden=True, cache="auto")
+    eager = CachedModel(attached, keep_hidden=True)
+    assert isinstance(compiled, aot.CompiledCachedModel)
+    for path in ([1, 3], [2, 4], [1], [2]):  # in place, then moved; all moved; in place; moved
+        want = kept(eager, path)
+        assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(kept(compiled, path), want)), path
+        if path[-1] != len(path):  # power: rows left where the pass wrote them
+            assert not torch.allclose(kept(compiled, path, move=False)[0], want[0], atol=1e-3), path
+
+
 class CountOps(TorchDispatchMode):
     """How many times each ATen operation ran inside the block."""
 

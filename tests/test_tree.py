@@ -345,6 +345,23 @@ def test_tree_helpers_describe_the_tree():
     assert tree.ancestry()[5].tolist() == [True, False, True, False, False, True, False]
 
 
+def test_positions_are_their_definition_from_any_start_and_a_grown_shape_is_one_tree():
+    tree, T = Tree.from_branching((2, 1)), 6
+    for start in range(T + 1):
+        depth = tree.depths()
+        want = [i if i < T else T - 1 + depth[i - T + 1] for i in range(start, T + tree.size)]
+        assert tree_position_ids(tree, T, start, T + tree.size).tolist() == want
+    with pytest.raises(ValueError, match="all .* nodes"):  # rows that do not end at the tree's last node
+        tree_position_ids(tree, T, 2, T + tree.size - 1)
+    # best_nodes hands out one Tree per shape, so what a tree works out once (children, ancestry, masks and
+    # positions kept per tree) serves every iteration that grows the same shape
+    g = tree_mod.GrowingTree([-1, 0, 0, 1], [5, 6, 7, 8], [0, 1, 1, 2], [0.0, -0.1, -0.2, -0.3])
+    first, keep = tree_mod.best_nodes(g, 3)
+    again, _ = tree_mod.best_nodes(tree_mod.GrowingTree(g.parents, [1, 2, 3, 4], g.depth, g.score), 3)
+    assert first is again and first == Tree((-1, 0, 0, 1)) and keep == [0, 1, 2, 3]
+    assert tree_mod.best_nodes(g, 2)[0] is not first  # power: another shape is another tree
+
+
 # --- dynamic trees (EAGLE-2): deterministic top-k children, recursive rejection with point-mass proposals
 
 def verify_deterministic_without_removal(tree, node_tokens, target_probs, draft_probs=None, generator=None,

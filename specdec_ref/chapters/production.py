@@ -15,7 +15,8 @@ from ..lab import bench, timing
 from ..lab.speedup import generalized_speedup
 from ..lab.stats import chi_square_gof, two_sample_chi_square
 from ..sampling import SamplingConfig
-from ..tree import Tree, verify_tree
+from ..tree import Tree
+from ..verify import verify_tree
 
 Costs = Mapping[tuple[int, int], float]  # (batch size B, tokens per sequence k) -> seconds of one target pass
 

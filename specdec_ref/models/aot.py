@@ -467,11 +467,13 @@ class CompiledCachedModel(CachedModel):
 
     def keep_rows(self, n_prefix: int, rows: list[int]) -> None:
         n = n_prefix + len(rows)
-        if rows != list(range(n_prefix, n)):
-            src = torch.tensor(rows, dtype=torch.long, device=self.device)
-            move_rows(self.kv, src, slice(n_prefix, n))  # [1, heads, L, d] each: rows src -> n_prefix..
+        # the rows already in place before the first that is not stay where they are
+        first = next((i for i, r in enumerate(rows) if r != n_prefix + i), len(rows))
+        if first < len(rows):
+            src = torch.tensor(rows[first:], dtype=torch.long, device=self.device)
+            move_rows(self.kv, src, slice(n_prefix + first, n))  # [1, heads, L, d] each: src -> its places
             if self.keep_hidden:
-                self.states[n_prefix:n] = self.states[src]
+                self.states[n_prefix + first:n] = self.states[src]
         self.rollback(n)
 
     def rollback(self, n_tokens: int) -> None:

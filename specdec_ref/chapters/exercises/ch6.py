@@ -16,7 +16,8 @@ from ...lab import hf
 from ...lab.speedup import predicted_speedup
 from ...lab.stats import SIGNIFICANCE, chi_square_gof
 from ...models.toy import tiny_llama
-from ...tree import Tree, verify_tree
+from ...tree import Tree
+from ...verify import verify_tree
 from ..production import Costs, batch_speedup, breakeven_batch
 from .common import answered, attempted, direction
 
