@@ -78,8 +78,12 @@ def test_cli_diagnose_prints_a_verdict_and_writes_every_json_key(tmp_path):
     result = json.loads(path.read_text())
     for key in ("alpha", "c", "verify_cost", "overhead", "overhead_ms", "best_gamma", "predicted_speedup",
                 "measured_speedup", "kernel_path", "tau_by_method", "predicted_by_method", "best_method",
-                "best_method_measured_speedup", "overhead_by_gamma", "overhead_slope", "calibration_gamma"):
+                "best_method_measured_speedup", "overhead_by_gamma", "overhead_slope", "calibration_gamma",
+                "passes_in_loop"):
         assert key in result
+    in_loop = result["passes_in_loop"]  # the target's passes timed in the measured runs (lab.pass_clock)
+    assert in_loop["plain_ms"] > 0 and in_loop["method_ms"] > 0 and in_loop["repriced_speedup"] > 0
+    assert "the target's passes in those runs" in out.stdout
     largest_tree = (max(t["n_nodes"] for t in result["settings"]["trees"])
                     if result["settings"]["trees"] else 0)
     assert len(result["verify_cost"]) == max(3, largest_tree + 1) and result["verify_cost"][0] == 1.0

@@ -25,6 +25,7 @@ from ..sampling import SamplingConfig
 from .bench import Row, cost_ratio, run_interleaved
 from .compare import target_answers
 from .coverage import coverage_by_depth
+from .pass_clock import PassClock, labelled, passes_in_loop
 from .speedup import best_gamma, predicted_speedup, speedup_by_gamma
 from ..tree import TreeBudget
 
@@ -187,9 +188,9 @@ def measure(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8,
 
 def measure_speedups(target, drafters: dict, encoded: list[torch.Tensor], max_new_tokens: int,
                      sampling: SamplingConfig, seed: int = 0, eos_token_id=None,
-                     progress=None) -> dict[str, Row]:
+                     progress=None, clock: PassClock | None = None) -> dict[str, Row]:
     """Plain decoding and each named (drafter, γ or {"gamma": γ} or {"tree": TreeBudget}), interleaved
-    prompt by prompt; rows of tokens and seconds.
+    prompt by prompt; rows of tokens and seconds. A `PassClock` files the target's passes under each name.
 
     Read a speedup as rows[name].tokens_per_second / rows["plain"].tokens_per_second.
     """
@@ -202,7 +203,7 @@ def measure_speedups(target, drafters: dict, encoded: list[torch.Tensor], max_ne
             how = how if isinstance(how, dict) else dict(gamma=how)
             runs[name] = (lambda d, hw: lambda ids: speculative_generate(target, d, ids, n, **hw, **opts)
                           )(drafter, how)
-        return runs
+        return {name: labelled(clock, name, run) for name, run in runs.items()}
 
     for run in methods(4).values():  # a short warm-up: first calls allocate and load kernels
         run(encoded[0])
@@ -266,14 +267,6 @@ def diagnose(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, 
     passes, nodes = {}, {}  # draft passes and drafted tokens per iteration
     taus = method_taus(target, drafter, encoded, methods, max_new_tokens, sampling, seed, eos_token_id,
                        draft_passes=passes, draft_nodes=nodes)
-    say("calibrating the costs per draft pass, row and iteration "
-        "(models.method, as the default choice does) ...")
-    costs = calibrate(target, drafter, encoded[0])
-    # the loader's choice, on measured τ
-    predicted = choose(taus, costs, not sampling.greedy, passes, nodes)[1]  # every method's prediction
-    usable = choosable(predicted, drafter, not sampling.greedy)  # what the choice weighs (`method.choosable`)
-    best_method = parse_method(max(usable, key=usable.get))
-    best = method_name(best_method)
     coverage = None
     if isinstance(drafter, FeatureDrafter):  # what a tree of this head can keep, depth by depth
         say("measuring the feature head's coverage@k per depth ...")
@@ -283,10 +276,23 @@ def diagnose(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, 
         coverage = {"ks": list(cov.ks), "positions": cov.positions,
                     "by_depth": [[row[k] for k in cov.ks] for row in cov.by_depth],
                     "path": [[row[k] for k in cov.ks] for row in cov.path]}
+    # calibrated last, right before the speedups it predicts are measured: a shared machine's t(k) moves
+    say("calibrating the costs per draft pass, row and iteration "
+        "(models.method, as the default choice does) ...")
+    costs = calibrate(target, drafter, encoded[0])
+    # the loader's choice, on measured τ
+    predicted = choose(taus, costs, not sampling.greedy, passes, nodes)[1]  # every method's prediction
+    usable = choosable(predicted, drafter, not sampling.greedy)  # what the choice weighs (`method.choosable`)
+    best_method = parse_method(max(usable, key=usable.get))
+    best = method_name(best_method)
     say(f"measuring the real speedup at γ = {v.best_gamma} and of {best} ...")
     runs = {"speculative": (drafter, dict(gamma=v.best_gamma)), "best method": (drafter, methods[best])}
-    rows = measure_speedups(target, runs, encoded, max_new_tokens, sampling, seed, eos_token_id, say)
+    with PassClock(target) as clock:
+        rows = measure_speedups(target, runs, encoded, max_new_tokens, sampling, seed, eos_token_id, say,
+                                clock)
     plain = rows["plain"].tokens_per_second
+    in_loop = passes_in_loop(clock, best_method, taus[best], costs, not sampling.greedy, passes.get(best),
+                             nodes.get(best))
     return {**asdict(m), "verify_cost": m.verify_cost, "overhead_ms": m.overhead_ms,
             "best_gamma": v.best_gamma,
             "predicted_speedup": v.predicted_speedup,
@@ -298,6 +304,7 @@ def diagnose(target, draft, encoded: list[torch.Tensor], *, gamma_max: int = 8, 
             "textbook_by_gamma": {g: predicted_speedup(m.alpha, g, m.c) for g in range(1, gamma_max + 1)},
             "tau_by_method": taus, "predicted_by_method": predicted, "best_method": best,
             "best_method_measured_speedup": rows["best method"].tokens_per_second / plain,
+            "passes_in_loop": in_loop,
             "coverage": coverage, "costs": asdict(costs),
             "settings": {"prompts": len(encoded), "max_new_tokens": max_new_tokens, "gamma_max": gamma_max,
                          "trees": [asdict(b) for b in trees], "sampling": asdict(sampling), "seed": seed,
@@ -332,6 +339,14 @@ def format_report(result: dict) -> str:
         lines.append(f"best method by prediction: {result['best_method']}, measured "
                      f"{result['best_method_measured_speedup']:.2f}× "
                      f"(predicted {result['predicted_by_method'][result['best_method']]:.2f}×)")
+    if result.get("passes_in_loop"):
+        p = result["passes_in_loop"]
+        lines.append(f"the target's passes in those runs: plain decoding's {p['plain_ms']:.2f} ms, "
+                     f"{result['best_method']}'s ({p['method_rows']:.1f} rows) {p['method_ms']:.2f} ms, "
+                     f"{p['ratio']:.2f} times as long where the calibration priced "
+                     f"{p['calibrated_ratio']:.2f}; "
+                     f"with that price the same cost model predicts {p['repriced_speedup']:.2f}× "
+                     "(lab.pass_clock: on a shared machine t(k) moves within seconds)")
     if result.get("coverage"):
         cov = result["coverage"]
         ks = list(cov["ks"])
