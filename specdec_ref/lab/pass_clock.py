@@ -3,10 +3,11 @@ what a calibration priced it at minutes before.
 
 A calibration times t(k) back to back, in a few seconds (`models.method.pass_seconds`). On a quiet machine
 that is what the loop pays. On a shared one the price moves within seconds: on a 2-core AMD EPYC Zen 4 guest,
-t(4)/t(1) measured every four seconds for two and a half minutes ranged from 0.97 to 1.48, and t(9)/t(1) from
-1.33 to 2.47 (the measurement log's twenty-third session). A prediction made from one calibration then misses
-the speedup measured a minute later, and `lab.diagnose` uses this clock to say by how much the target's passes
-moved, and what the same cost model predicts with the passes as the loop paid for them.
+measured 122 times in two and a half minutes (`scripts/pass_drift.py`), t(1) ranged from 7.6 to 12.9 ms,
+t(4)/t(1) from 0.98 to 1.37 and t(9)/t(1) from 1.27 to 2.15 (the measurement log's twenty-third session).
+A prediction made from one calibration then misses the speedup measured a minute later, and `lab.diagnose`
+uses this clock to say by how much the target's passes moved, and what the same cost model predicts with the
+passes as the loop paid for them.
 
     with PassClock(target) as clock:
         clock.label = "plain"
