@@ -57,6 +57,13 @@ def test_bench_writes_table_and_json_with_every_row(tmp_path):
     assert 0 < result["cost_ratio_c"] and result["predicted_speedup"] > 0
     assert result["command"].startswith("python -m specdec_ref bench")
     assert format_table(result) in out.stdout
+    # our rows give the target's pass in the loop (lab.pass_clock), Hugging Face's rows none
+    ours = {r["method"]: r for r in result["rows"]
+            if "ours" in r["method"] or r["method"].startswith("plain (")}
+    assert all(r["target_pass_ms"] > 0 and r["target_pass_rows"] >= 1 for r in ours.values())
+    chain = next(r for m, r in ours.items() if m.startswith("speculative, ours (γ="))
+    assert chain["target_pass_rows"] <= result["settings"]["gamma"] + 1  # the prefill left out
+    assert all(r["target_pass_ms"] is None for r in result["rows"] if r["method"].startswith("HF"))
 
 
 def test_run_both_ways_pairs_every_run_and_sees_a_switch_that_changes_the_output():

@@ -20,10 +20,11 @@ from ..models import encode_chat
 from ..device import seconds_since, start_timer
 from ..drafters import TreeDrafter
 from ..generate import Generation, Stats, as_drafter, autoregressive_generate, speculative_generate
-from ..models.method import draft_pass_seconds, method_name, pass_seconds
+from ..models.method import draft_pass_seconds, method_name, pass_seconds, target_rows
 from ..tree import TreeBudget
 from ..sampling import SamplingConfig
 from .hf import ASSISTANT_SETTINGS, assistant_settings, constant_gamma
+from .pass_clock import PassClock, labelled
 from .speedup import predicted_speedup
 
 BENCH_PROMPTS = [  # chat prompts for benchmarks; none of them is in the draft's training prompts
@@ -240,7 +241,8 @@ def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: i
     The speedup column divides by the fastest of our plain loop and Hugging Face's plain `generate`: a
     speedup over a slow baseline is not a speedup. A target with a compiled pass (`models.aot`) also gets
     the plain loop without it, the default before. `hf_draft` is the causal LM for Hugging Face's assisted
-    rows (default: `draft` itself when it is a model).
+    rows (default: `draft` itself when it is a model). Our rows also give the target's median pass in the
+    loop and its mean rows (`lab.pass_clock`; the prompt's prefill left out): what t(k) cost in this run.
     """
     hf_draft = hf_draft if hf_draft is not None else (draft if isinstance(draft, torch.nn.Module) else None)
     eos = tokenizer.eos_token_id
@@ -253,6 +255,8 @@ def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: i
         f"speculative, ours (γ={gamma})": lambda ids: speculative_generate(target, draft, ids, max_new_tokens,
                                                                             gamma=gamma, **opts),  # a chain
     }
+    # the most rows a pass of each of our rows scores after the prefill (plain: one, or two where padded)
+    widest = {"plain (target only)": 2, f"speculative, ours (γ={gamma})": gamma + 1}
     if compiled_pass(target) is not None:  # models.aot: the eager path beside the compiled one
         methods[EAGER_PLAIN] = lambda ids: autoregressive_generate(target, ids, max_new_tokens,
                                                                    cache="dynamic", **opts)
@@ -261,11 +265,14 @@ def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: i
         budget = tree or drafter.default_tree or TreeBudget()
         methods[f"speculative, ours (dynamic {method_name(budget)})"] = (
             lambda ids: speculative_generate(target, drafter, ids, max_new_tokens, tree=budget, **opts))
+        widest[f"speculative, ours (dynamic {method_name(budget)})"] = budget.n_nodes + 1
         chosen = drafter.default_method(sampling)  # what the one-line call runs (models.method for the head)
         named = isinstance(chosen, (int, TreeBudget))
         label = method_name(chosen) if named else f"static tree of {chosen.size}"
         methods[f"speculative, ours (the chosen default: {label})"] = (
             lambda ids: speculative_generate(target, drafter, ids, max_new_tokens, **opts))
+        widest[f"speculative, ours (the chosen default: {label})"] = (target_rows(chosen) if named
+                                                                     else chosen.size + 1)
     if hf:
         methods["HF generate, plain"] = lambda ids: hf_generate(target, ids, max_new_tokens, sampling, g)
     if hf and hf_draft is not None:  # Hugging Face assisted generation needs a causal LM as its draft
@@ -277,7 +284,9 @@ def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: i
                 return hf_generate(target, ids, max_new_tokens, sampling, g, assistant_model=hf_draft)
 
         methods[f"HF assisted, γ={gamma} constant"] = hf_at_gamma
-    rows = run_interleaved(methods, encoded, progress)
+    with PassClock(target) as clock:
+        rows = run_interleaved({name: labelled(clock, name, run) for name, run in methods.items()}, encoded,
+                               progress)
     spec = rows[f"speculative, ours (γ={gamma})"]
     alpha = spec.alpha if spec.alpha is not None else float("nan")
     c = cost_ratio(target, draft, encoded[0])
@@ -289,27 +298,37 @@ def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: i
                      "torch_threads": torch.get_num_threads(),
                      "dtype": str(target.dtype).removeprefix("torch."),
                      "draft": type(draft).__name__},
-        "rows": [r.as_dict(base) for r in rows.values()],
+        "rows": [{**r.as_dict(base), **in_loop(clock, name, widest.get(name))} for name, r in rows.items()],
         "alpha": alpha, "cost_ratio_c": c,
         "predicted_speedup": predicted_speedup(alpha, gamma, c) if alpha == alpha else float("nan"),
     }
+
+
+def in_loop(clock: PassClock, name: str, rows: int | None) -> dict:
+    """A row's target passes in the run, the prefill left out: median ms and mean rows (None if not timed)."""
+    ms = clock.median(name, rows) * 1e3 if rows else float("nan")
+    return ({"target_pass_ms": ms, "target_pass_rows": clock.mean_rows(name, rows)} if ms == ms
+            else {"target_pass_ms": None, "target_pass_rows": None})
 
 
 def format_table(result: dict) -> str:
     """A Markdown table of the benchmark, ending with the formula's prediction."""
     # speedup: over the faster plain row
     lines = ["| method | tokens | seconds | tokens/s | speedup vs plain | τ per target pass "
-             "| accepted / drafted | α per token |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| accepted / drafted | α per token | target pass in the loop (ms, rows) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in result["rows"]:
         a = "" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.2f}"
         al = "" if r["alpha"] is None else f"{r['alpha']:.2f}"
         tau = "" if r.get("tau") is None else f"{r['tau']:.2f}"
+        ms = r.get("target_pass_ms")
+        passes = "" if ms is None else f"{ms:.2f} ms, {r['target_pass_rows']:.1f} rows"
         lines.append(f"| {r['method']} | {r['tokens']} | {r['seconds']:.2f} | {r['tokens_per_second']:.1f} | "
-                     f"{r['speedup_vs_plain']:.2f}× | {tau} | {a} | {al} |")
+                     f"{r['speedup_vs_plain']:.2f}× | {tau} | {a} | {al} | {passes} |")
     s = result["settings"]
     lines.append(f"| predicted by (1-α^(γ+1))/((1-α)(γc+1)), α={result['alpha']:.2f}, "
                  f"c={result['cost_ratio_c']:.3f}, "
-                 f"γ={s['gamma']} (chain) | | | | {result['predicted_speedup']:.2f}× | | | |")
+                 f"γ={s['gamma']} (chain) | | | | {result['predicted_speedup']:.2f}× | | | | |")
     return "\n".join(lines)
 
 
