@@ -151,3 +151,21 @@ def test_two_x_verdict_follows_alpha_and_the_speed_helper():
     assert "falls short of it" in two_x_verdict(needed - 0.1, needed, 0.05)
     assert "clears it" in two_x_verdict(needed + 0.1, needed, 0.05)
     assert "no α below 1 gives 2×" in two_x_verdict(0.5, None, 0.9)
+
+
+def test_pass_price_verdict_says_level_more_or_less_at_the_furthest_gamma():
+    import pytest
+
+    from specdec_ref.chapters.verdicts.ch4 import pass_price_verdict
+    calibrated = {1: 1.02, 2: 1.05, 4: 1.20}
+    level = pass_price_verdict({1: 1.03, 2: 1.07, 4: 1.19}, calibrated)
+    more = pass_price_verdict({1: 1.03, 2: 1.07, 4: 1.45}, calibrated)
+    less = pass_price_verdict({1: 0.90, 2: 1.05, 4: 1.21}, calibrated)
+    assert "within 5% of the calibrated price" in level and "1.07 one-row passes in the loop" in level
+    assert "paid more" in more and "1.45 one-row passes in the loop against 1.20" in more and "γ = 4" in more
+    assert "paid less" in less and "γ = 1" in less
+    untimed_one = pass_price_verdict({1: float("nan"), 4: 1.45}, calibrated)  # NaN: no pass timed at γ = 1
+    assert untimed_one == pass_price_verdict({4: 1.45}, calibrated)
+    for untimed in ({3: 1.1}, {1: float("nan")}):
+        with pytest.raises(ValueError, match="at least one γ"):
+            pass_price_verdict(untimed, calibrated)

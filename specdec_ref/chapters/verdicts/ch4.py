@@ -301,3 +301,26 @@ def two_x_verdict(alpha: float, alpha_needed: float | None, c: float, goal: floa
     verdict = "clears it" if alpha >= alpha_needed else "falls short of it"
     return (f"At this pair's c = {c:.3f}, {goal:g}× would need α ≥ {alpha_needed:.2f} by the textbook "
             f"formula; this pair's α = {alpha:.2f} ({label}) {verdict}.")
+
+
+def pass_price_verdict(in_loop: Mapping[int, float], calibrated: Mapping[int, float],
+                       margin: float = 0.05) -> str:
+    """Chapter 4: did the loop pay for its verification passes what the calibration priced them at?
+
+    in_loop[γ]: the median pass of γ + 1 rows inside the measured runs over plain decoding's one-row pass, the
+    same runs (`lab.pass_clock`); calibrated[γ]: t(γ + 1)/t(1) from the calibration's passes back to back.
+    The sentence names the γ where the two lie furthest apart."""
+    common = sorted(g for g in set(in_loop) & set(calibrated) if in_loop[g] == in_loop[g])  # NaN: not timed
+    if not common:
+        raise ValueError("pass_price_verdict needs prices for at least one γ on both sides, got "
+                         f"{sorted(in_loop)} and {sorted(calibrated)}")
+    g = max(common, key=lambda k: abs(in_loop[k] / calibrated[k] - 1))
+    side = compare(in_loop[g], calibrated[g], margin)
+    prices = (f"{in_loop[g]:.2f} one-row passes in the loop against {calibrated[g]:.2f} in the calibration, "
+              f"at γ = {g}")
+    if side == "level":
+        return (f"inside these runs the loop paid for every verification pass within {margin:.0%} of the "
+                f"calibrated price (furthest apart: {prices})")
+    more = "more" if side == "higher" else "less"
+    return (f"inside these runs the loop paid {more} for a verification pass than the calibration priced it "
+            f"({prices}), and every prediction above inherits that difference")
