@@ -19,7 +19,8 @@ import time
 
 import torch
 
-from specdec_ref.models import aot, aot_use
+from specdec_ref.lab import packages
+from specdec_ref.models import aot
 from specdec_ref.models.loading import default_dtype, load_offline_target
 
 KS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)
@@ -33,7 +34,7 @@ p.add_argument("--buffer", type=int, default=0, help="KV buffers of at least thi
 p.add_argument("--wide", action="append", default=[], metavar="NAME",
                help="a package of FORMAT 5 or older (masks as wide as the buffers)")
 p.add_argument("--format", action="append", default=[], metavar="NAME=N",
-               help="a package of an older FORMAT N (aot_use.older_runner), e.g. old=6")
+               help="a package of an older FORMAT N (lab.packages.older_runner), e.g. old=6")
 args = p.parse_args()
 FORMATS = {n: int(v) for n, _, v in (f.partition('=') for f in args.format)}
 torch.set_num_threads(args.threads)
@@ -45,7 +46,7 @@ for item in args.packages:
     name, _, path = item.partition("=")
     if not path:
         p.error(f"give each package as NAME=PATH, got {item!r}")
-    runner = aot_use.checked_package(model, path, 5 if name in args.wide else FORMATS.get(name))
+    runner = packages.checked_package(model, path, 5 if name in args.wide else FORMATS.get(name))
     lms[name] = aot.CompiledPass(model, runner, path).lm(name=name)
 CONTEXT = args.context
 g = torch.Generator().manual_seed(0)

@@ -32,7 +32,7 @@ p.add_argument("--package", action="append", default=[], help="NAME=PATH of a pa
 p.add_argument("--wide", action="append", default=[], metavar="NAME",
                help="a package of FORMAT 5 or older (masks as wide as the buffers)")
 p.add_argument("--format", action="append", default=[], metavar="NAME=N",
-               help="a package of an older FORMAT N (aot_use.older_runner), e.g. old=6")
+               help="a package of an older FORMAT N (lab.packages.older_runner), e.g. old=6")
 args = p.parse_args()
 FORMATS = {n: int(v) for n, _, v in (f.partition('=') for f in args.format)}
 torch.set_num_threads(args.threads)
@@ -41,6 +41,7 @@ os.environ["SPECDEC_AOT"] = "1"  # attach the package whatever its first load me
 import specdec_ref as sd  # noqa: E402
 from specdec_ref.distill.prompts import HELD_OUT  # noqa: E402
 from specdec_ref.lab.bench import run_interleaved  # noqa: E402
+from specdec_ref.lab import packages  # noqa: E402
 from specdec_ref.models import aot, aot_use  # noqa: E402
 from specdec_ref.models.method import method_kwargs, method_name, parse_method  # noqa: E402
 
@@ -50,7 +51,7 @@ for item in args.package:
     name, _, path = item.partition("=")
     if not path:
         p.error(f"give each package as NAME=PATH, got {item!r}")
-    runner = aot_use.checked_package(target, path, 5 if name in args.wide else FORMATS.get(name))
+    runner = packages.checked_package(target, path, 5 if name in args.wide else FORMATS.get(name))
     use = aot_use.first_load(target, lambda r=runner: aot.CompiledCachedModel(target, r), Path(path))
     paths[name] = aot.CompiledPass(target, runner, Path(path), use.pad_single)
 if not paths:

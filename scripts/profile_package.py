@@ -14,7 +14,8 @@ import argparse
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from specdec_ref.models import aot, aot_use
+from specdec_ref.lab import packages
+from specdec_ref.models import aot
 from specdec_ref.models.loading import default_dtype, load_offline_target
 
 p = argparse.ArgumentParser()
@@ -24,12 +25,13 @@ p.add_argument("--context", type=int, default=200)
 p.add_argument("--buffer", type=int, default=0)
 p.add_argument("--threads", type=int, default=2)
 p.add_argument("--wide", action="store_true", help="a package of FORMAT 5 or older")
-p.add_argument("--format", type=int, default=None, help="a package of an older FORMAT (aot_use.older_runner)")
+p.add_argument("--format", type=int, default=None,
+               help="an older FORMAT's package (lab.packages.older_runner)")
 p.add_argument("--top", type=int, default=15)
 args = p.parse_args()
 torch.set_num_threads(args.threads)
 model, _ = load_offline_target("cpu", default_dtype(torch.device("cpu")), prepack=False)
-runner = aot_use.checked_package(model, args.package, 5 if args.wide else args.format)
+runner = packages.checked_package(model, args.package, 5 if args.wide else args.format)
 lm = aot.CompiledPass(model, runner, args.package).lm()
 ids = torch.randint(0, model.config.vocab_size, (max(args.context + args.rows, args.buffer),),
                     generator=torch.Generator().manual_seed(0))

@@ -3,7 +3,7 @@
 The loop times a whole generation with `start_timer` / `seconds_since`, which synchronise first, so queued
 GPU work is never left out. Repeated measurements (`time_fn`, medians and spreads) are lab equipment and
 live in `lab/timing.py`. `chip_name` and `package_version` name what a cached measurement or a compiled
-package was made on.
+package was made on, and `cache_dir` is where this machine keeps them.
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import hashlib
 import os
 import platform
 import time
+from pathlib import Path
 
 import torch
 
@@ -46,6 +47,12 @@ def seconds_since(t0: float, device: torch.device | str) -> float:
     """Seconds from start_timer's t0 until the device has finished everything queued since."""
     synchronize(device)
     return time.perf_counter() - t0
+
+
+def cache_dir() -> Path:
+    """Where this machine keeps what it made once: dequantised weights, compiled packages, calibrations
+    ($SPECDEC_CACHE, else ~/.cache/specdec_ref)."""
+    return Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec_ref"))
 
 
 def chip_name(device: torch.device | str = "cpu", with_flags: bool = False) -> str:

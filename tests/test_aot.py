@@ -9,6 +9,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import specdec_ref as sd
 from specdec_ref.cache import CachedModel, additive_mask, cached_model
+from specdec_ref.lab import packages
 from specdec_ref.models import aot, aot_head, aot_use
 from specdec_ref.models import kv as kv_module
 from specdec_ref.models.feature_draft import FeatureHead
@@ -404,11 +405,11 @@ def test_the_buffers_a_compiled_pass_gets_are_within_the_shapes_it_was_compiled_
 
 @torch.inference_mode()
 def test_a_package_given_to_a_timing_script_is_checked_once_then_runs_one_row_passes(built, monkeypatch):
-    """`aot_use.checked_package`: one pass with the package's input checks on, then a copy without them, which
-    one-row passes need (the checks refuse them: rows are compiled for 2 and up)."""
+    """`lab.packages.checked_package`: one pass with the package's input checks on, then a copy without them,
+    which one-row passes need (the checks refuse them: rows are compiled for 2 and up)."""
     model, path = built
     monkeypatch.setenv("AOTI_RUNTIME_CHECK_INPUTS", "1")  # set already: the timing copy still runs unchecked
-    lm, ref = aot.CompiledCachedModel(model, aot_use.checked_package(model, path)), CachedModel(model)
+    lm, ref = aot.CompiledCachedModel(model, packages.checked_package(model, path)), CachedModel(model)
     assert os.environ["AOTI_RUNTIME_CHECK_INPUTS"] == "1"  # and the caller's setting is back
     ids = torch.randint(0, 40, (30,), generator=torch.Generator().manual_seed(5))
     for end, keep in ((20, 1), (21, 1), (24, 3)):
@@ -416,7 +417,7 @@ def test_a_package_given_to_a_timing_script_is_checked_once_then_runs_one_row_pa
     # power: buffers of another shape (two key heads, not one), which the unchecked package would misread
     other = tiny_llama(40, seed=0, n_layers=2, hidden=32, dtype=torch.float32, max_positions=2048, kv_heads=2)
     with pytest.raises(RuntimeError, match="dim value"):
-        aot_use.checked_package(other, path)
+        packages.checked_package(other, path)
 
 
 def test_attach_only_with_a_package_for_these_weights_and_never_when_switched_off(built, monkeypatch):
@@ -673,7 +674,7 @@ def test_a_package_name_does_not_depend_on_the_folder_the_weights_came_from():
 @torch.inference_mode()
 @pytest.mark.parametrize("fmt", [5, 6])
 def test_an_older_package_is_called_as_todays_and_gives_what_it_gave(built, fmt):
-    """`aot_use.older_runner` for the scripts that time an older package beside today's: a stand-in for a
+    """`packages.older_runner` for the scripts that time an older package beside today's: a stand-in for a
     package of format 6 (the write position and the whole mask in, the hidden states out) or 5 (masks as wide
     as the buffers), made from today's package, gives the same logits and hidden states through it."""
     model, path = built
@@ -690,12 +691,12 @@ def test_an_older_package_is_called_as_todays_and_gives_what_it_gave(built, fmt)
 
     ids = torch.randint(0, 40, (80,), generator=torch.Generator().manual_seed(4))
     today = aot.CompiledCachedModel(model, runner, True)
-    older = aot.CompiledCachedModel(model, aot_use.older_runner(old, fmt), True)
+    older = aot.CompiledCachedModel(model, packages.older_runner(old, fmt), True)
     for end, keep in ((60, 1), (63, 3), (64, 1)):
         assert torch.equal(today.logits(ids[:end], keep=keep), older.logits(ids[:end], keep=keep))
         assert torch.equal(today.hidden, older.hidden)
     if fmt == 5:  # power: called as a format-6 package, with masks only as wide as the positions, it refuses
-        wrong = aot.CompiledCachedModel(model, aot_use.older_runner(old, 6), True)
+        wrong = aot.CompiledCachedModel(model, packages.older_runner(old, 6), True)
         with pytest.raises(AssertionError):
             wrong.logits(ids[:60], keep=1)
 

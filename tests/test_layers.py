@@ -14,9 +14,11 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "specdec_ref"
 
 
-def layer_names() -> set[str]:
+def layer_names(container: str | None = None) -> set[str]:
+    """The modules the layers contract names: the package's own (no container), or a container's."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
-    return {name.strip() for c in config if c["type"] == "layers"
+    return {name.strip() for c in config
+            if c["type"] == "layers" and c.get("containers", [None]) == [container]
             for layer in c["layers"] for name in layer.split("|")}
 
 
@@ -33,6 +35,11 @@ def test_every_module_and_folder_of_the_package_sits_on_a_layer():
     assert tops == layer_names()
 
 
+def test_every_module_of_the_models_sits_on_a_layer_of_its_own_contract():
+    models = {p.stem for p in (PACKAGE / "models").glob("*.py") if p.stem != "__init__"}
+    assert models == layer_names("specdec_ref.models")
+
+
 @pytest.mark.slow
 def test_the_import_layers_hold_and_an_upward_import_breaks_them(tmp_path):
     kept = lint_imports(ROOT)
@@ -46,6 +53,14 @@ def test_the_import_layers_hold_and_an_upward_import_breaks_them(tmp_path):
     broken = lint_imports(tmp_path)
     assert (broken.returncode != 0
             and "specdec_ref.sampling is not allowed to import specdec_ref.lab" in broken.stdout)
+    # and inside the models: a package's timing decision (aot_use) that reads the method choice
+    sampling.write_text(sampling.read_text().replace("\nfrom .lab import timing  # noqa: E402, F401\n", "\n"))
+    assert lint_imports(tmp_path).returncode == 0
+    aot_use = tmp_path / "specdec_ref" / "models" / "aot_use.py"
+    aot_use.write_text(aot_use.read_text() + "\nfrom . import method  # noqa: E402, F401\n")
+    broken = lint_imports(tmp_path)
+    assert broken.returncode != 0 and ("specdec_ref.models.aot_use is not allowed to import "
+                                       "specdec_ref.models.method") in broken.stdout
 
 
 def test_at_most_ten_top_level_modules():

@@ -474,20 +474,21 @@ def test_default_methods_reads_quality_calibrates_and_can_be_switched_off(pair, 
                                                                            capsys):
     target, drafter = pair
 
-    class Tok:
-        chat_template = "a chat template"
+    asked = []
 
-        def apply_chat_template(self, chat, **kw):
-            return {"input_ids": torch.tensor([[1, 2, 3, 4, 5]])}
+    def encode(prompt):  # the loader's encode_chat for the target's tokenizer
+        asked.append(prompt)
+        return torch.tensor([[1, 2, 3, 4, 5]])
 
     quality = tmp_path / "quality.json"
     # no quality file: keep the drafter's own
-    assert mc.default_methods(target, drafter, Tok(), quality) is None
+    assert mc.default_methods(target, drafter, encode, quality) is None and not asked
     quality.write_text(json.dumps({"tau": {"greedy": TAUS, "T=1": TAUS}}))
-    chosen = mc.default_methods(target, drafter, Tok(), quality)
+    chosen = mc.default_methods(target, drafter, encode, quality)
     assert set(chosen) == {"greedy", "sampled"} and "default method:" in capsys.readouterr().err
+    assert asked == [mc.CALIBRATION_PROMPT]  # calibrated on the loader's own prompt
     monkeypatch.setenv("SPECDEC_CALIBRATE", "0")
-    assert mc.default_methods(target, drafter, Tok(), quality) is None
+    assert mc.default_methods(target, drafter, encode, quality) is None
 
 
 def test_pass_timings_run_in_inference_mode_as_the_loops_do():

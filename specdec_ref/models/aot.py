@@ -44,7 +44,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from ..cache import COMPILED_PASS, STATIC_CACHES, CachedModel, additive_mask, cache_kwargs
 from ..cache import compiled_pass  # noqa: F401 (chapters and scripts read it as aot.compiled_pass)
-from ..device import build_key
+from ..device import build_key, cache_dir
 from . import aot_use, bf16_gemm
 from .bf16_gemm import small_register_blocks
 from .kv import Counter, copy_prefix, kv_buffers, kv_shape, move_rows
@@ -53,7 +53,8 @@ from .kernels import attention_implementation
 BLOCK = 256  # KV buffers hold a multiple of this many positions
 # and at least this many blocks: torch.export assumes a dynamic size is never 0 or 1, so a package is compiled
 # for buffers of 2 to MAX_BLOCKS blocks, and buffers of one block would run it outside the shapes it was
-# compiled for (with AOTI_RUNTIME_CHECK_INPUTS=1 it refuses them: tests/test_aot.py, aot_use.checked_package)
+# compiled for (with AOTI_RUNTIME_CHECK_INPUTS=1 it refuses them: tests/test_aot.py,
+# lab.packages.checked_package)
 MIN_BLOCKS = 2
 MAX_QUERY = 64  # rows one compiled pass takes; a longer prefill runs in pieces
 MAX_BLOCKS = 32  # the longest buffer a package takes: 32 x 256 = 8,192 positions (SmolLM2's context)
@@ -211,7 +212,6 @@ def package_key(model, fmt: str = str(FORMAT)) -> str:
 def package_path(model, fmt: str = str(FORMAT)) -> Path:
     """Where this machine's package for `model` (a target, or a feature head: `aot_head.head_package_path`)
     is, or would be, kept."""
-    from .loading import cache_dir
     return cache_dir() / "aot" / f"{package_key(model, fmt)}.pt2"
 
 

