@@ -315,7 +315,7 @@ class FeatureDrafter:
         # q ∝ exp(sharpness · logits / T) when sampling, fitted so the head's q is as sharp as the target's p
         self.sharpness = float(sharpness)  # (scripts/draft_sharpness.py); greedy drafting ignores it
         self.default_tree = default_tree  # a TreeBudget: what speculative_generate runs when gamma is None
-        # {"greedy": method, "sampled": method} chosen by measurement (models.method)
+        # {"greedy": method, "sampled": method, "choice": what they were chosen from} (models.choice)
         self.defaults = defaults
         self.vocab_size = head.vocab_size
         # the target's final features, or the layers the head fuses

@@ -485,7 +485,8 @@ def test_default_methods_reads_quality_calibrates_and_can_be_switched_off(pair, 
     assert mc.default_methods(target, drafter, encode, quality) is None and not asked
     quality.write_text(json.dumps({"tau": {"greedy": TAUS, "T=1": TAUS}}))
     chosen = mc.default_methods(target, drafter, encode, quality)
-    assert set(chosen) == {"greedy", "sampled"} and "default method:" in capsys.readouterr().err
+    assert set(chosen) == {"greedy", "sampled", "choice"} and "default method:" in capsys.readouterr().err
+    assert (chosen["choice"].greedy, chosen["choice"].sampled) == (chosen["greedy"], chosen["sampled"])
     assert asked == [mc.CALIBRATION_PROMPT]  # calibrated on the loader's own prompt
     monkeypatch.setenv("SPECDEC_CALIBRATE", "0")
     assert mc.default_methods(target, drafter, encode, quality) is None

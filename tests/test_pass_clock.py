@@ -68,3 +68,26 @@ def test_a_repriced_prediction_is_the_cost_models_own_when_the_loop_paid_the_cal
     cost = mm.iteration_cost(method, tau, costs) + 0.20
     assert slower["repriced_speedup"] == pytest.approx(tau / cost)
     assert slower["repriced_speedup"] < same["repriced_speedup"]
+
+
+def test_bench_puts_the_chosen_defaults_prediction_beside_what_its_pass_cost_in_the_run():
+    from specdec_ref.lab.bench import chosen_prediction, format_table
+    from specdec_ref.models.choice import Choice
+    costs = mm.Costs({1: 1.0, 2: 1.02, 3: 1.05, 4: 1.1}, 0.05, 0.002, 0.03, 0.02, 0.01)
+    tree = sd.TreeBudget(2, 2, 3)
+    predicted = {"greedy": {"tree 2/2/3": 1.38, "chain γ=2": 1.35}, "T=1": {"chain γ=2": 1.28}}
+    choice = Choice(tree, 2, predicted, costs)
+    clock = PassClock(None)
+    row = "speculative, ours (the chosen default: tree 2/2/3)"
+    clock.times.update({"plain (target only)": [(1, 0.010)] * 3, row: [(4, 0.0125)] * 3 + [(30, 0.1)]})
+    why = chosen_prediction(choice, tree, sd.SamplingConfig(0), clock, row, 4)
+    assert why == {"method": "tree 2/2/3", "predicted": 1.38, "rows": 4, "calibrated_ratio": 1.1,
+                   "in_loop_ratio": pytest.approx(1.25)}  # the 30-row prefill left out
+    sampled = chosen_prediction(choice, 2, sd.SamplingConfig(1.0), clock, row, 4)
+    assert sampled["method"] == "chain γ=2" and sampled["predicted"] == 1.28  # the T = 1 prediction
+    result = {"rows": [], "settings": {"gamma": 2}, "alpha": 0.5, "cost_ratio_c": 0.05,
+              "predicted_speedup": 1.5}
+    assert "chosen default" not in format_table(result)  # no choice (SPECDEC_CALIBRATE=0): no line
+    line = format_table({**result, "chosen_default": why}).splitlines()[-1]
+    assert "chosen default (tree 2/2/3)" in line and "4-row target pass at 1.10" in line
+    assert "(in this run: 1.25)" in line and "1.38×" in line

@@ -260,7 +260,7 @@ def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: i
     if compiled_pass(target) is not None:  # models.aot: the eager path beside the compiled one
         methods[EAGER_PLAIN] = lambda ids: autoregressive_generate(target, ids, max_new_tokens,
                                                                    cache="dynamic", **opts)
-    drafter = as_drafter(draft)
+    drafter, choice, chosen = as_drafter(draft), None, None
     if isinstance(drafter, TreeDrafter):
         budget = tree or drafter.default_tree or TreeBudget()
         methods[f"speculative, ours (dynamic {method_name(budget)})"] = (
@@ -273,6 +273,8 @@ def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: i
             lambda ids: speculative_generate(target, drafter, ids, max_new_tokens, **opts))
         widest[f"speculative, ours (the chosen default: {label})"] = (target_rows(chosen) if named
                                                                      else chosen.size + 1)
+        if named:  # what the loader chose it from (models.choice), where it chose
+            choice = (getattr(drafter, "defaults", None) or {}).get("choice")
     if hf:
         methods["HF generate, plain"] = lambda ids: hf_generate(target, ids, max_new_tokens, sampling, g)
     if hf and hf_draft is not None:  # Hugging Face assisted generation needs a causal LM as its draft
@@ -287,6 +289,9 @@ def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: i
     with PassClock(target) as clock:
         rows = run_interleaved({name: labelled(clock, name, run) for name, run in methods.items()}, encoded,
                                progress)
+    chosen_row = next((name for name in rows if "the chosen default" in name), None)
+    why = None if choice is None else chosen_prediction(choice, chosen, sampling, clock, chosen_row,
+                                                        widest[chosen_row])
     spec = rows[f"speculative, ours (γ={gamma})"]
     alpha = spec.alpha if spec.alpha is not None else float("nan")
     c = cost_ratio(target, draft, encoded[0])
@@ -301,7 +306,18 @@ def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: i
         "rows": [{**r.as_dict(base), **in_loop(clock, name, widest.get(name))} for name, r in rows.items()],
         "alpha": alpha, "cost_ratio_c": c,
         "predicted_speedup": predicted_speedup(alpha, gamma, c) if alpha == alpha else float("nan"),
+        "chosen_default": why,
     }
+
+
+def chosen_prediction(choice, method, sampling: SamplingConfig, clock: PassClock, row: str,
+                      rows: int) -> dict:
+    """The chosen default's predicted speedup (`models.choice.Choice`), the calibration's price for its target
+    pass of `rows` rows, and what that pass cost in this run over plain decoding's (`lab.pass_clock`)."""
+    name = method_name(method)
+    return {"method": name, "predicted": choice.predicted["greedy" if sampling.greedy else "T=1"][name],
+            "rows": rows, "calibrated_ratio": choice.costs.verify_cost(rows),
+            "in_loop_ratio": clock.median(row, rows) / clock.median("plain (target only)", 2)}
 
 
 def in_loop(clock: PassClock, name: str, rows: int | None) -> dict:
@@ -329,6 +345,12 @@ def format_table(result: dict) -> str:
     lines.append(f"| predicted by (1-α^(γ+1))/((1-α)(γc+1)), α={result['alpha']:.2f}, "
                  f"c={result['cost_ratio_c']:.3f}, "
                  f"γ={s['gamma']} (chain) | | | | {result['predicted_speedup']:.2f}× | | | | |")
+    why = result.get("chosen_default")
+    if why:  # the loader's prediction for its choice, and the one price in it that moves most
+        lines.append(f"| predicted for the chosen default ({why['method']}) by this machine's calibration, "
+                     f"which priced its {why['rows']}-row target pass at {why['calibrated_ratio']:.2f} "
+                     f"one-row passes (in this run: {why['in_loop_ratio']:.2f}) | | | | "
+                     f"{why['predicted']:.2f}× | | | | |")
     return "\n".join(lines)
 
 

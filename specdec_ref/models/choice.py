@@ -78,13 +78,13 @@ CALIBRATION_PROMPT = "Explain in a few sentences how a bicycle stays upright."  
 
 def default_methods(target, drafter, encode: Callable[[str], torch.Tensor],
                     quality_path: Path) -> dict | None:
-    """{"greedy": method, "sampled": method} for a drafter whose quality.json ships, chosen on this machine
-    (calibrated on CALIBRATION_PROMPT, which `encode` turns into the target's chat input ids [1, T]); None
-    (the drafter keeps its own default) without a quality file or with SPECDEC_CALIBRATE=0. Prints the
-    choice."""
+    """{"greedy": method, "sampled": method, "choice": the `Choice`} for a drafter whose quality.json ships,
+    chosen on this machine (calibrated on CALIBRATION_PROMPT, which `encode` turns into the target's chat
+    input ids [1, T]); None (the drafter keeps its own default) without a quality file or with
+    SPECDEC_CALIBRATE=0. Prints the choice."""
     if os.environ.get("SPECDEC_CALIBRATE", "1") == "0" or not quality_path.exists():
         return None
     ids = encode(CALIBRATION_PROMPT)
     choice = choose_defaults(target, drafter, json.loads(quality_path.read_text()), ids)
     print(choice.summary(), file=sys.stderr, flush=True)
-    return {"greedy": choice.greedy, "sampled": choice.sampled}
+    return {"greedy": choice.greedy, "sampled": choice.sampled, "choice": choice}
