@@ -328,7 +328,8 @@ def in_loop(clock: PassClock, name: str, rows: int | None) -> dict:
 
 
 def format_table(result: dict) -> str:
-    """A Markdown table of the benchmark, ending with the formula's prediction."""
+    """A Markdown table of the benchmark, ending with the formula's prediction and, where the loader chose the
+    default by measurement, its own prediction for that choice."""
     # speedup: over the faster plain row
     lines = ["| method | tokens | seconds | tokens/s | speedup vs plain | τ per target pass "
              "| accepted / drafted | α per token | target pass in the loop (ms, rows) |",
