@@ -227,6 +227,7 @@ def hf_generate(target, ids, max_new_tokens, sampling, generator, *, keep: list 
     return out.shape[1] - ids.shape[1], seconds
 
 
+PLAIN = "plain (target only)"  # our plain loop's row
 EAGER_PLAIN = "plain, eager (oneDNN; without the compiled pass)"  # a row when the target has one (models.aot)
 
 
@@ -251,12 +252,12 @@ def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: i
     g = torch.Generator(device=device).manual_seed(seed)
     opts = dict(sampling=sampling, generator=g, eos_token_id=eos)
     methods = {
-        "plain (target only)": lambda ids: autoregressive_generate(target, ids, max_new_tokens, **opts),
+        PLAIN: lambda ids: autoregressive_generate(target, ids, max_new_tokens, **opts),
         f"speculative, ours (γ={gamma})": lambda ids: speculative_generate(target, draft, ids, max_new_tokens,
                                                                             gamma=gamma, **opts),  # a chain
     }
     # the most rows a pass of each of our rows scores after the prefill (plain: one, or two where padded)
-    widest = {"plain (target only)": 2, f"speculative, ours (γ={gamma})": gamma + 1}
+    widest = {PLAIN: 2, f"speculative, ours (γ={gamma})": target_rows(gamma)}
     if compiled_pass(target) is not None:  # models.aot: the eager path beside the compiled one
         methods[EAGER_PLAIN] = lambda ids: autoregressive_generate(target, ids, max_new_tokens,
                                                                    cache="dynamic", **opts)
@@ -265,7 +266,7 @@ def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: i
         budget = tree or drafter.default_tree or TreeBudget()
         methods[f"speculative, ours (dynamic {method_name(budget)})"] = (
             lambda ids: speculative_generate(target, drafter, ids, max_new_tokens, tree=budget, **opts))
-        widest[f"speculative, ours (dynamic {method_name(budget)})"] = budget.n_nodes + 1
+        widest[f"speculative, ours (dynamic {method_name(budget)})"] = target_rows(budget)
         chosen = drafter.default_method(sampling)  # what the one-line call runs (models.method for the head)
         named = isinstance(chosen, (int, TreeBudget))
         label = method_name(chosen) if named else f"static tree of {chosen.size}"
@@ -295,7 +296,7 @@ def run_bench(target, draft, tokenizer, prompts=BENCH_PROMPTS, max_new_tokens: i
     spec = rows[f"speculative, ours (γ={gamma})"]
     alpha = spec.alpha if spec.alpha is not None else float("nan")
     c = cost_ratio(target, draft, encoded[0])
-    plain_rows = ("plain (target only)", EAGER_PLAIN, "HF generate, plain")
+    plain_rows = (PLAIN, EAGER_PLAIN, "HF generate, plain")
     base = max(rows[name].tokens_per_second for name in plain_rows if name in rows)
     return {
         "settings": {"max_new_tokens": max_new_tokens, "gamma": gamma, "sampling": asdict(sampling),
@@ -317,7 +318,7 @@ def chosen_prediction(choice, method, sampling: SamplingConfig, clock: PassClock
     name = method_name(method)
     return {"method": name, "predicted": choice.predicted["greedy" if sampling.greedy else "T=1"][name],
             "rows": rows, "calibrated_ratio": choice.costs.verify_cost(rows),
-            "in_loop_ratio": clock.median(row, rows) / clock.median("plain (target only)", 2)}
+            "in_loop_ratio": clock.over_plain(row, rows, PLAIN)}
 
 
 def in_loop(clock: PassClock, name: str, rows: int | None) -> dict:

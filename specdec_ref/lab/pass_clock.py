@@ -86,6 +86,16 @@ class PassClock:
         kept = self.passes(label, rows)
         return sum(r for r, _ in kept) / len(kept) if kept else float("nan")
 
+    def plain_pass(self, plain: str) -> float:
+        """The median seconds of plain decoding's passes filed under `plain`: one new row each (two where a
+        compiled pass pads one-row passes, `models.aot_use`), the prefill left out."""
+        return self.median(plain, rows=2)
+
+    def over_plain(self, label: str, rows: int, plain: str) -> float:
+        """The median pass of at most `rows` rows under label over plain decoding's (`plain_pass`): t(k)/t(1)
+        as the loop paid it."""
+        return self.median(label, rows) / self.plain_pass(plain)
+
 
 def labelled(clock: PassClock | None, label: str, run):
     """run, with the clock's label set to `label` while it runs (run unchanged without a clock)."""
@@ -108,11 +118,9 @@ def passes_in_loop(clock: PassClock, method: Method, tau: float, costs: Costs, s
     for as many rows, and the method's speedup predicted again by the same cost model
     (`models.method.iteration_cost`) with that one price replaced by what the loop paid."""
     rows = target_rows(method)
-    one = clock.median("plain", rows=2)  # one new row (two where one-row passes are padded, `models.aot`)
-    mine = clock.median("best method", rows=rows)
     r = rows if nodes is None else nodes + 1  # the rows iteration_cost prices the pass at
-    ratio, priced = mine / one, costs.verify_cost(r)
+    ratio, priced = clock.over_plain("best method", rows, "plain"), costs.verify_cost(r)
     cost = iteration_cost(method, tau, costs, sampled, passes, nodes)
-    return {"plain_ms": one * 1e3, "method_ms": mine * 1e3,
+    return {"plain_ms": clock.plain_pass("plain") * 1e3, "method_ms": clock.median("best method", rows) * 1e3,
             "method_rows": clock.mean_rows("best method", rows), "ratio": ratio, "calibrated_ratio": priced,
             "repriced_speedup": tau / (cost - priced + ratio)}
